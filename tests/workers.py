@@ -1,0 +1,147 @@
+"""Rank functions run by ``ubep.launch.run_ranks`` in the multi-process tests.
+
+Each rank rebuilds every rank's inputs from the case's seed, so it can compute its own expected
+outputs with ``ubep.oracle`` and compare locally; only a short summary travels back to pytest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+import ubep
+from ubep import oracle, workloads
+from ubep.reduce import ordered_sum
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True)
+class Case:
+    tokens: tuple[int, ...]  # T_s per rank
+    hidden: int
+    num_experts: int
+    top_k: int
+    dtype: str = "bf16"
+    layout: str = "compact"
+    maxvio: float = 0.0
+    drop: float = 0.0
+    seed: int = 0
+    grads: bool = True
+    max_tokens: int = 0  # 0: max(tokens)
+
+
+def case_inputs(case: Case, rank: int):
+    """``(x [T, H], topk_idx [T, K] int64, topk_weights [T, K] fp32)`` of ``rank`` in ``case``."""
+    num_tokens = case.tokens[rank]
+    gen = torch.Generator().manual_seed(case.seed * 1009 + rank)
+    idx = workloads.skewed_topk(num_tokens, case.num_experts, case.top_k, maxvio=case.maxvio,
+                                hot_experts=[case.seed % case.num_experts] if case.maxvio else [],
+                                generator=gen)
+    if case.drop:
+        idx = workloads.drop_slots(idx, case.drop, gen)
+    x = workloads.origin_tokens(rank, num_tokens, case.hidden, DTYPES[case.dtype])
+    w = workloads.origin_weights(rank, num_tokens, case.top_k)
+    return x, idx, w
+
+
+def _experts_of_rows(tokens_per_expert: torch.Tensor, first_expert: int) -> list[int]:
+    return [first_expert + j for j, n in enumerate(tokens_per_expert.tolist()) for _ in range(n)]
+
+
+def _apply_experts(recv_x, tokens_per_expert, cfg):
+    """Toy experts on the receive rows of either layout; padding rows stay zero."""
+    first = cfg.rank * cfg.num_local_experts
+    if cfg.layout == "padded":
+        out = torch.zeros_like(recv_x)
+        for j, n in enumerate(tokens_per_expert.tolist()):
+            out[j, :n] = workloads.scale_expert(recv_x[j, :n], first + j)
+        return out
+    experts = _experts_of_rows(tokens_per_expert, first)
+    out = torch.empty_like(recv_x)
+    for e in sorted(set(experts)):
+        rows = torch.tensor([i for i, ee in enumerate(experts) if ee == e])
+        out[rows] = workloads.scale_expert(recv_x[rows], e)
+    return out
+
+
+def _check_equal(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
+    if got.shape != want.shape or got.dtype != want.dtype or not torch.equal(got, want):
+        diff = "shape" if got.shape != want.shape else (
+            "dtype" if got.dtype != want.dtype else
+            f"max |diff| {(got.double() - want.double()).abs().max().item():.3g}")
+        raise AssertionError(f"{name} differs from the oracle ({diff}): got {tuple(got.shape)} "
+                             f"{got.dtype}, want {tuple(want.shape)} {want.dtype}")
+
+
+def run_case(rank: int, world_size: int, case: Case) -> dict:
+    """Dispatch, combine (both reductions, weighted or not) and gradients, checked bit for bit."""
+    dtype = DTYPES[case.dtype]
+    inputs = [case_inputs(case, s) for s in range(world_size)]
+    xs, idxs, ws = (list(v) for v in zip(*inputs, strict=True))
+    max_tokens = case.max_tokens or max(max(case.tokens), 1)
+    buf = ubep.Buffer(hidden=case.hidden, num_experts=case.num_experts, top_k=case.top_k,
+                      max_tokens_per_rank=max_tokens, dtype=dtype, layout=case.layout,
+                      profile=True, timeout_s=60)
+    cfg = buf.config
+    x, idx, w = inputs[rank]
+    x = x.clone().requires_grad_(case.grads)
+    w = w.clone().requires_grad_(case.grads)
+
+    res = buf.dispatch(x, idx, w)
+    want_x, want_tpe, want_w = oracle.dispatch(xs, idxs, ws, rank, world_size, case.num_experts)
+    if case.layout == "padded":
+        want_x = oracle.to_padded(want_x, want_tpe, cfg.expert_capacity)
+        want_w = oracle.to_padded(want_w, want_tpe, cfg.expert_capacity)
+    _check_equal("tokens_per_expert", res.tokens_per_expert, want_tpe)
+    _check_equal("recv_x", res.recv_x.detach(), want_x)
+    _check_equal("recv_weights", res.recv_weights.detach(), want_w)
+
+    expert_out = _apply_experts(res.recv_x.detach(), res.tokens_per_expert, cfg)
+    outs = oracle.expert_outputs(
+        idxs, world_size, case.num_experts,
+        lambda s, t, k, e: workloads.scale_expert(xs[s][t : t + 1], e)[0])
+    for reduce in ("source", "expert_rank"):
+        for weighted in (True, False):
+            y = buf.combine(expert_out, res.handle, reduce=reduce, weighted=weighted)
+            want_y = oracle.combine(outs, idxs, ws, rank, world_size, case.num_experts, reduce,
+                                    weighted, case.hidden, dtype)
+            _check_equal(f"combine(reduce={reduce}, weighted={weighted})", y.detach(), want_y)
+
+    if case.grads:
+        _check_grads(buf, res, x, w, expert_out, xs, idxs, ws, outs, rank)
+    return {"rows": int(res.tokens_per_expert.sum()), "wire": res.handle.wire,
+            "phases": sorted(buf.phase_times())}
+
+
+def _check_grads(buf, res, x, w, expert_out, xs, idxs, ws, outs, rank) -> None:
+    cfg = buf.config
+    dtype, top_k = cfg.dtype, cfg.top_k
+    valid = idxs[rank] >= 0
+    # Dispatch backward: d loss / d recv_x = G (the toy expert of each row), d / d recv_w = 2w + 1.
+    g_rows = _apply_experts(res.recv_x.detach(), res.tokens_per_expert, cfg)
+    loss = (res.recv_x * g_rows).sum() + (res.recv_weights * (2 * res.recv_weights.detach() + 1)).sum()
+    grad_x, grad_w = torch.autograd.grad(loss, [x, w])
+    contrib = torch.stack([torch.stack(
+        [o if o is not None else torch.zeros(cfg.hidden, dtype=dtype) for o in row])
+        for row in outs[rank]]) if outs[rank] else torch.zeros(0, top_k, cfg.hidden, dtype=dtype)
+    _check_equal("dispatch grad x", grad_x, ordered_sum(contrib, valid).to(dtype))
+    _check_equal("dispatch grad weights", grad_w,
+                 torch.where(valid, 2 * ws[rank] + 1, torch.zeros(())))
+
+    # Combine backward: d loss / d y = Gy, a function of (rank, token).
+    gys = [workloads.origin_tokens(s + 17, len(i), cfg.hidden, dtype) for s, i in enumerate(idxs)]
+    gy = gys[rank]
+    out_leaf = expert_out.clone().requires_grad_(True)
+    res2 = buf.dispatch(x.detach(), idxs[rank], w)
+    y = buf.combine(out_leaf, res2.handle)
+    grad_out, grad_w = torch.autograd.grad((y * gy).sum(), [out_leaf, w])
+    gy_rows, tpe, w_rows = oracle.dispatch(gys, idxs, ws, rank, cfg.world_size, cfg.num_experts)
+    want_out = (gy_rows.float() * w_rows.unsqueeze(-1)).to(dtype)
+    if cfg.layout == "padded":
+        want_out = oracle.to_padded(want_out, tpe, cfg.expert_capacity)
+    _check_equal("combine grad expert_out", grad_out, want_out)
+    want_w = (gy.float().unsqueeze(1) * contrib.float()).sum(-1) * valid
+    if not torch.allclose(grad_w, want_w, rtol=1e-5, atol=1e-5):
+        raise AssertionError("combine grad weights differs from the oracle")

@@ -1,0 +1,123 @@
+"""The interface every backend implements, and the handle a dispatch leaves for combine and backward.
+
+A backend moves rows; it does not own autograd or input checks (``ubep.buffer`` does). It provides four
+primitives, each a collective over the group (every rank calls it, in the same order):
+
+- ``dispatch``: route tokens to the ranks of their experts and build the :class:`Handle`;
+- ``dispatch_like``: route new ``[T, H]`` rows exactly as a handle routed its tokens (combine backward);
+- ``combine``: bring expert outputs back and reduce them on the source;
+- ``return_pair_values``: bring one fp32 value per receive row back to its ``(t, k)`` slot (the
+  gradients of the gate weights).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ubep.config import EPConfig
+from ubep.profiling import PhaseTimer
+
+
+class EPCommError(RuntimeError):
+    """A collective did not complete: a peer failed, raised early, or did not arrive in time."""
+
+
+@dataclass(frozen=True)
+class WireStats:
+    """What one dispatch put on the wire from this rank to the other ranks (self-sends excluded).
+
+    ``token_bytes`` counts each token once per destination rank (relay); ``naive_token_bytes`` is what
+    a per-expert all-to-all would send (once per (token, expert) pair).
+    """
+
+    tokens_sent: int
+    pairs_sent: int
+    token_bytes: int
+    naive_token_bytes: int
+    route_bytes: int
+    count_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.token_bytes + self.route_bytes + self.count_bytes
+
+
+@dataclass(frozen=True, eq=False)
+class Handle:
+    """Everything a dispatch learned about routing; combine and backward reuse it without new counts.
+
+    Source side (this rank's own tokens, ``T = num_tokens``):
+    - ``topk_weights``: ``[T, K]`` fp32, the gate weights as passed to dispatch (autograd-connected);
+    - ``send_token_idx``: ``[S]`` int64, tokens in wire order (destination rank, then token);
+      ``send_counts[r]`` of them go to rank ``r``;
+    - ``return_slots``: ``[P]`` int64, flat ``t * K + k`` slot of each pair that comes back in combine,
+      in wire order; ``return_counts[r]`` of them come from rank ``r``.
+
+    Destination side (``N`` received tokens, grouped by source rank, token order kept):
+    - ``recv_counts[s]``: tokens received from source ``s``;
+    - ``recv_rows``: ``[N, K]`` int64, receive row of each of the token's pairs held here, else ``-1``;
+    - ``recv_pair_weights``: ``[N, K]`` fp32, the matching gate weights;
+    - ``recv_pair_counts[s]``: pairs received from source ``s``;
+    - ``row_weights``: ``[num_rows]`` fp32, gate weight per receive row (0 on padding rows);
+    - ``tokens_per_expert``: ``[E_local]`` int64; ``num_rows``: rows of the flat receive buffer
+      (``sum(tokens_per_expert)`` in the compact layout, ``E_local * capacity`` in the padded one).
+    """
+
+    config: EPConfig
+    num_tokens: int
+    topk_weights: torch.Tensor
+    send_token_idx: torch.Tensor
+    send_counts: tuple[int, ...]
+    return_slots: torch.Tensor
+    return_counts: tuple[int, ...]
+    recv_counts: tuple[int, ...]
+    recv_rows: torch.Tensor
+    recv_pair_weights: torch.Tensor
+    recv_pair_counts: tuple[int, ...]
+    row_weights: torch.Tensor
+    tokens_per_expert: torch.Tensor
+    num_rows: int
+    wire: WireStats
+
+    def rows_shape(self, *trailing: int) -> tuple[int, ...]:
+        """Shape of a receive-side tensor in this handle's layout, e.g. ``rows_shape(H)``."""
+        cfg = self.config
+        if cfg.layout == "padded":
+            return (cfg.num_local_experts, cfg.expert_capacity, *trailing)
+        return (self.num_rows, *trailing)
+
+
+class Backend(ABC):
+    """One way of moving rows between the ranks of ``group``; see the module docstring."""
+
+    name: str
+
+    def __init__(self, config: EPConfig, group: dist.ProcessGroup | None, device: torch.device):
+        self.config = config
+        self.group = group
+        self.device = device
+        self.timer = PhaseTimer(device=device)
+
+    @abstractmethod
+    def dispatch(
+        self, x_TH: torch.Tensor, topk_idx_TK: torch.Tensor, topk_weights_TK: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, Handle]:
+        """Returns ``(recv_x, recv_weights, handle)`` in the configured layout."""
+
+    @abstractmethod
+    def dispatch_like(self, x_TH: torch.Tensor, handle: Handle) -> torch.Tensor:
+        """Routes ``[T, H]`` rows as ``handle`` routed its tokens; returns ``handle.rows_shape(H)``."""
+
+    @abstractmethod
+    def combine(
+        self, expert_out: torch.Tensor, handle: Handle, reduce: str, weighted: bool
+    ) -> torch.Tensor:
+        """``expert_out`` in ``handle.rows_shape(H)``; returns ``[T, H]`` in its dtype."""
+
+    @abstractmethod
+    def return_pair_values(self, values_R: torch.Tensor, handle: Handle) -> torch.Tensor:
+        """``[num_rows]`` fp32 per receive row back to the source's slots: ``[T, K]`` fp32, 0 at ``-1``."""

@@ -1,0 +1,210 @@
+"""The oracle: dispatch and combine built from torch.distributed collectives.
+
+Works on any process group that has ``all_gather`` and ``all_to_all_single`` with split sizes (gloo on
+CPU, NCCL on CUDA, HCCL on Ascend). It is bulk-synchronous on purpose: count exchange, then route and
+token sends, then reorder, each a collective the next one waits for. This is the baseline the fast
+backends beat, and the definition they must equal bit for bit.
+
+Every collective waits at most ``config.timeout_s`` and then raises :class:`EPCommError` naming the
+rank and the phase, so a peer that failed before communicating never leaves this rank hanging.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from ubep import layout
+from ubep.backends.base import Backend, EPCommError, Handle, WireStats
+from ubep.reduce import ordered_sum
+
+
+class ReferenceBackend(Backend):
+    name = "reference"
+
+    # -- collectives with a deadline -------------------------------------------------------------
+
+    def _wait(self, work: dist.Work, phase: str) -> None:
+        try:
+            work.wait(timeout=timedelta(seconds=self.config.timeout_s))
+        except Exception as err:  # the process group raises RuntimeError subclasses, varying by backend
+            raise EPCommError(
+                f"ubep rank {self.config.rank}: phase '{phase}' did not complete within "
+                f"{self.config.timeout_s:g} s ({err}); a peer may have failed or rejected its "
+                f"input before communicating"
+            ) from err
+
+    def _all_gather(self, t: torch.Tensor, phase: str) -> torch.Tensor:
+        parts = [torch.empty_like(t) for _ in range(self.config.world_size)]
+        self._wait(dist.all_gather(parts, t, group=self.group, async_op=True), phase)
+        return torch.stack(parts)
+
+    def _all_to_all(
+        self, send: torch.Tensor, send_counts: tuple[int, ...], recv_counts: tuple[int, ...],
+        phase: str,
+    ) -> torch.Tensor:
+        """Rows of ``send`` grouped by destination rank -> rows grouped by source rank."""
+        recv = send.new_empty((sum(recv_counts), *send.shape[1:]))
+        work = dist.all_to_all_single(
+            recv, send.contiguous(), list(recv_counts), list(send_counts),
+            group=self.group, async_op=True,
+        )
+        self._wait(work, phase)
+        return recv
+
+    # -- dispatch --------------------------------------------------------------------------------
+
+    def dispatch(self, x_TH, topk_idx_TK, topk_weights_TK):
+        handle = self._plan(x_TH, topk_idx_TK, topk_weights_TK)
+        recv_x = self.dispatch_like(x_TH, handle)
+        return recv_x, handle.row_weights.clone().view(handle.rows_shape()), handle
+
+    def _plan(self, x_TH, topk_idx_TK, topk_weights_TK) -> Handle:
+        cfg, timer = self.config, self.timer
+        world, rank, top_k = cfg.world_size, cfg.rank, cfg.top_k
+        with timer.phase("dispatch: count exchange"):
+            counts_E = layout.expert_counts(topk_idx_TK, cfg.num_experts)
+            mask_TW = layout.token_rank_mask(topk_idx_TK, cfg.num_local_experts, world)
+            send_token_idx, send_counts_W = layout.send_order(mask_TW)
+            gathered = self._all_gather(
+                torch.cat([counts_E, send_counts_W]), "dispatch: count exchange"
+            )
+            count_matrix_WE = gathered[:, : cfg.num_experts]
+            tokens_WW = gathered[:, cfg.num_experts :]
+        with timer.phase("dispatch: route send"):
+            capacity = cfg.expert_capacity if cfg.layout == "padded" else None
+            base_WE = layout.row_base(count_matrix_WE, cfg.num_local_experts, capacity)
+            rows_TK = layout.pair_rows(topk_idx_TK, base_WE[rank], cfg.num_experts)
+            ranks_TK = layout.dest_rank(topk_idx_TK, cfg.num_local_experts)
+            send_rank_S = torch.repeat_interleave(
+                torch.arange(world, device=x_TH.device), send_counts_W
+            )
+            rows_SK = layout.received_rows(
+                rows_TK[send_token_idx], ranks_TK[send_token_idx], send_rank_S.unsqueeze(1)
+            )
+            weights_SK = topk_weights_TK.detach()[send_token_idx].float()
+            route_SK2 = torch.cat([rows_SK.int(), weights_SK.view(torch.int32)], dim=1)
+            send_counts = tuple(send_counts_W.tolist())
+            recv_counts = tuple(tokens_WW[:, rank].tolist())
+            route_NK2 = self._all_to_all(
+                route_SK2, send_counts, recv_counts, "dispatch: route send"
+            )
+        with timer.phase("dispatch: reorder"):
+            recv_rows = route_NK2[:, :top_k].long()
+            recv_pair_weights = route_NK2[:, top_k:].contiguous().view(torch.float32)
+            valid_NK = recv_rows >= 0
+            tokens_per_expert = count_matrix_WE.sum(0)[cfg.local_experts.start :
+                                                       cfg.local_experts.stop]
+            num_rows = (cfg.num_local_experts * cfg.expert_capacity if capacity
+                        else int(tokens_per_expert.sum()))
+            row_weights = torch.zeros(num_rows, dtype=torch.float32, device=x_TH.device)
+            row_weights[recv_rows[valid_NK]] = recv_pair_weights[valid_NK]
+            src_N = torch.repeat_interleave(
+                torch.arange(world, device=x_TH.device), torch.tensor(recv_counts,
+                                                                      device=x_TH.device)
+            )
+            recv_pair_counts = torch.zeros(world, dtype=torch.long, device=x_TH.device)
+            recv_pair_counts.index_add_(0, src_N, valid_NK.sum(1))
+            return_slots, return_counts_W = layout.return_slots(
+                topk_idx_TK, cfg.num_local_experts, world
+            )
+        return_counts = tuple(return_counts_W.tolist())
+        itemsize = x_TH.element_size()
+        remote_tokens = sum(send_counts) - send_counts[rank]
+        remote_pairs = sum(return_counts) - return_counts[rank]
+        wire = WireStats(
+            tokens_sent=remote_tokens,
+            pairs_sent=remote_pairs,
+            token_bytes=remote_tokens * cfg.hidden * itemsize,
+            naive_token_bytes=remote_pairs * cfg.hidden * itemsize,
+            route_bytes=remote_tokens * 2 * top_k * 4,
+            count_bytes=(world - 1) * (cfg.num_experts + world) * 8,
+        )
+        return Handle(
+            config=cfg,
+            num_tokens=x_TH.shape[0],
+            topk_weights=topk_weights_TK,
+            send_token_idx=send_token_idx,
+            send_counts=send_counts,
+            return_slots=return_slots,
+            return_counts=return_counts,
+            recv_counts=recv_counts,
+            recv_rows=recv_rows,
+            recv_pair_weights=recv_pair_weights,
+            recv_pair_counts=tuple(recv_pair_counts.tolist()),
+            row_weights=row_weights,
+            tokens_per_expert=tokens_per_expert,
+            num_rows=num_rows,
+            wire=wire,
+        )
+
+    def dispatch_like(self, x_TH, handle):
+        with self.timer.phase("dispatch: token send"):
+            recv_NH = self._all_to_all(
+                x_TH[handle.send_token_idx], handle.send_counts, handle.recv_counts,
+                "dispatch: token send",
+            )
+        with self.timer.phase("dispatch: reorder"):
+            valid_NK = handle.recv_rows >= 0
+            token_of_pair = valid_NK.nonzero(as_tuple=True)[0]
+            out = x_TH.new_zeros(handle.num_rows, x_TH.shape[1])
+            out[handle.recv_rows[valid_NK]] = recv_NH[token_of_pair]
+        return out.view(handle.rows_shape(x_TH.shape[1]))
+
+    # -- combine ---------------------------------------------------------------------------------
+
+    def combine(self, expert_out, handle, reduce, weighted):
+        hidden = expert_out.shape[-1]
+        rows_RH = expert_out.reshape(handle.num_rows, hidden)
+        valid_NK = handle.recv_rows >= 0
+        if reduce == "source":
+            with self.timer.phase("combine: send"):
+                back_PH = self._all_to_all(
+                    rows_RH[handle.recv_rows[valid_NK]], handle.recv_pair_counts,
+                    handle.return_counts, "combine: send",
+                )
+            with self.timer.phase("combine: reduce"):
+                top_k = self.config.top_k
+                contrib = rows_RH.new_zeros(handle.num_tokens * top_k, hidden)
+                contrib[handle.return_slots] = back_PH
+                valid = torch.zeros(handle.num_tokens * top_k, dtype=torch.bool,
+                                    device=rows_RH.device)
+                valid[handle.return_slots] = True
+                weights = handle.topk_weights.detach().float() if weighted else None
+                y = ordered_sum(
+                    contrib.view(handle.num_tokens, top_k, hidden),
+                    valid.view(handle.num_tokens, top_k), weights,
+                )
+            return y.to(expert_out.dtype)
+        with self.timer.phase("combine: local reduce"):
+            contrib_NKH = rows_RH.new_zeros(*handle.recv_rows.shape, hidden)
+            contrib_NKH[valid_NK] = rows_RH[handle.recv_rows[valid_NK]]
+            weights = handle.recv_pair_weights if weighted else None
+            partial_NH = ordered_sum(contrib_NKH, valid_NK, weights).to(expert_out.dtype)
+        with self.timer.phase("combine: send"):
+            back_SH = self._all_to_all(
+                partial_NH, handle.recv_counts, handle.send_counts, "combine: send"
+            )
+        with self.timer.phase("combine: reduce"):
+            acc = torch.zeros(handle.num_tokens, hidden, dtype=torch.float32,
+                              device=rows_RH.device)
+            start = 0
+            for count in handle.send_counts:  # ascending source-of-partial rank
+                idx = handle.send_token_idx[start : start + count]
+                acc[idx] = acc[idx] + back_SH[start : start + count].float()
+                start += count
+        return acc.to(expert_out.dtype)
+
+    def return_pair_values(self, values_R, handle):
+        valid_NK = handle.recv_rows >= 0
+        with self.timer.phase("combine: send"):
+            back_P = self._all_to_all(
+                values_R.float()[handle.recv_rows[valid_NK]], handle.recv_pair_counts,
+                handle.return_counts, "combine: send",
+            )
+        out = torch.zeros(handle.num_tokens * self.config.top_k, dtype=torch.float32,
+                          device=values_R.device)
+        out[handle.return_slots] = back_P
+        return out.view(handle.num_tokens, self.config.top_k)

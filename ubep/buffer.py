@@ -1,0 +1,264 @@
+"""``ubep.Buffer``: the public API. Checks inputs, picks a backend, owns handles, wires autograd.
+
+Every check here runs before any communication, so a rank with bad input raises at once and its
+peers end with a clear timeout (``EPCommError``) instead of hanging.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.autograd.function import once_differentiable
+
+from ubep.backends.base import Backend, Handle
+from ubep.backends.reference import ReferenceBackend
+from ubep.config import REDUCTIONS, EPConfig
+
+BACKENDS = ("auto", "reference")
+_DEVICE_OF_PG_BACKEND = {"gloo": "cpu", "nccl": "cuda", "hccl": "npu"}
+
+
+@dataclass(frozen=True)
+class DispatchResult:
+    """What :meth:`Buffer.dispatch` returns on each rank.
+
+    - ``recv_x``: compact ``[N, H]`` (``N = tokens_per_expert.sum()``) or padded
+      ``[E_local, W * max_tokens_per_rank, H]``, in ``x``'s dtype; rows ordered by (local expert,
+      source rank, source token); padding rows are zero.
+    - ``tokens_per_expert``: ``[E_local]`` int64, rows received per local expert.
+    - ``recv_weights``: ``[N]`` or ``[E_local, W * max_tokens_per_rank]`` fp32, the gate weight of each
+      row (0 on padding rows).
+    - ``handle``: pass to :meth:`Buffer.combine`; backward reuses it too.
+    """
+
+    recv_x: torch.Tensor
+    tokens_per_expert: torch.Tensor
+    recv_weights: torch.Tensor
+    handle: Handle
+
+
+def _device_of(group: dist.ProcessGroup | None) -> torch.device:
+    name = str(dist.get_backend(group)).lower()
+    kind = _DEVICE_OF_PG_BACKEND.get(name)
+    if kind is None:
+        raise ValueError(
+            f"group uses process-group backend {name!r}; pass device= explicitly "
+            f"(known: {sorted(_DEVICE_OF_PG_BACKEND)})"
+        )
+    if kind == "cpu":
+        return torch.device("cpu")
+    return torch.device(kind, getattr(torch, kind).current_device())
+
+
+class Buffer:
+    """Expert-parallel dispatch and combine over the ranks of ``group``.
+
+    Args:
+        group: the process group of the EP ranks (``None``: the default group).
+        hidden: ``H``, elements per token row.
+        num_experts: ``E``; rank ``r`` holds experts ``[r * E / W, (r + 1) * E / W)``.
+        top_k: ``K``, experts per token.
+        max_tokens_per_rank: most tokens any rank passes to one dispatch.
+        dtype: dtype of ``x`` (bf16, fp16 or fp32).
+        backend: ``"auto"`` or ``"reference"`` (torch.distributed collectives).
+        layout: ``"compact"`` (prefill, training) or ``"padded"`` (decode, fixed shapes).
+        device: where tensors live; by default derived from the group (gloo: CPU, NCCL: CUDA).
+        timeout_s: how long any collective may wait for peers before raising ``EPCommError``.
+        check_inputs: also check index values (range, duplicates); costs one host sync.
+        profile: record per-phase times (see :meth:`phase_times`).
+    """
+
+    def __init__(
+        self,
+        group: dist.ProcessGroup | None = None,
+        *,
+        hidden: int,
+        num_experts: int,
+        top_k: int,
+        max_tokens_per_rank: int,
+        dtype: torch.dtype = torch.bfloat16,
+        backend: str = "auto",
+        layout: str = "compact",
+        device: torch.device | str | None = None,
+        timeout_s: float = 60.0,
+        check_inputs: bool = True,
+        profile: bool = False,
+    ):
+        if not dist.is_initialized():
+            raise ValueError("group: torch.distributed is not initialized; call "
+                             "torch.distributed.init_process_group first")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.config = EPConfig(
+            world_size=dist.get_world_size(group),
+            rank=dist.get_rank(group),
+            hidden=hidden,
+            num_experts=num_experts,
+            top_k=top_k,
+            max_tokens_per_rank=max_tokens_per_rank,
+            dtype=dtype,
+            layout=layout,
+            timeout_s=timeout_s,
+            check_inputs=check_inputs,
+        )
+        self.device = torch.device(device) if device is not None else _device_of(group)
+        self._backend: Backend = ReferenceBackend(self.config, group, self.device)
+        self._backend.timer.enabled = profile
+
+    @property
+    def backend_name(self) -> str:
+        return self._backend.name
+
+    def phase_times(self) -> dict[str, list[float]]:
+        """Recorded per-phase durations in µs (empty unless ``profile=True``)."""
+        return self._backend.timer.samples()
+
+    def reset_phase_times(self) -> None:
+        self._backend.timer.reset()
+
+    # -- public calls ----------------------------------------------------------------------------
+
+    def dispatch(
+        self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor
+    ) -> DispatchResult:
+        """Send each token to the ranks of its experts, once per rank, and replicate per expert.
+
+        Args:
+            x: ``[T, H]`` in ``dtype``, ``T <= max_tokens_per_rank`` (``T`` may be 0 and may differ
+                between ranks).
+            topk_idx: ``[T, K]`` int32 or int64, global expert ids, ``-1`` = no expert; no expert
+                twice in one row.
+            topk_weights: ``[T, K]`` fp32 gate weights.
+        """
+        self._check_dispatch(x, topk_idx, topk_weights)
+        handles: list[Handle] = []
+        recv_x, recv_weights = _Dispatch.apply(x, topk_weights, topk_idx, self._backend, handles)
+        handle = handles[0]
+        return DispatchResult(recv_x, handle.tokens_per_expert, recv_weights, handle)
+
+    def combine(
+        self,
+        expert_out: torch.Tensor,
+        handle: Handle,
+        *,
+        reduce: str = "source",
+        weighted: bool = True,
+    ) -> torch.Tensor:
+        """Bring expert outputs back to their source rank and reduce them per token.
+
+        Args:
+            expert_out: in the layout of the dispatch output (``[N, H]`` or ``[E_local, W * T_max,
+                H]``) and ``dtype``.
+            handle: from the :meth:`dispatch` whose rows ``expert_out`` holds.
+            reduce: ``"source"`` (all K rows travel; the source sums in fp32 in ascending k) or
+                ``"expert_rank"`` (each rank sums its own rows first, sends one row per token in
+                ``dtype``; the source adds those in ascending rank order).
+            weighted: multiply by the gate weights; ``False`` if the caller applied them.
+
+        Returns: ``y``, ``[T, H]`` in ``dtype``.
+        """
+        self._check_combine(expert_out, handle, reduce, weighted)
+        return _Combine.apply(expert_out, handle.topk_weights, handle, self._backend, reduce,
+                              weighted)
+
+    # -- input checks (before any communication) -------------------------------------------------
+
+    def _check_tensor(self, name: str, t: object, dtypes: tuple, shape: tuple) -> None:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in dtypes:
+            raise TypeError(f"{name} must have dtype {' or '.join(map(str, dtypes))}, got {t.dtype}")
+        if t.device != self.device:
+            raise ValueError(f"{name} must be on {self.device}, got {t.device}")
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {list(shape)}, got {list(t.shape)}")
+
+    def _check_dispatch(self, x, topk_idx, topk_weights) -> None:
+        cfg = self.config
+        if not isinstance(x, torch.Tensor) or x.dim() != 2:
+            got = list(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must be a 2-D tensor [T, {cfg.hidden}], got {got}")
+        num_tokens = x.shape[0]
+        if num_tokens > cfg.max_tokens_per_rank:
+            raise ValueError(f"x has {num_tokens} tokens, more than max_tokens_per_rank="
+                             f"{cfg.max_tokens_per_rank} the buffer was sized for")
+        self._check_tensor("x", x, (cfg.dtype,), (num_tokens, cfg.hidden))
+        self._check_tensor("topk_idx", topk_idx, (torch.int32, torch.int64),
+                           (num_tokens, cfg.top_k))
+        self._check_tensor("topk_weights", topk_weights, (torch.float32,),
+                           (num_tokens, cfg.top_k))
+        if not cfg.check_inputs or num_tokens == 0:
+            return
+        lo, hi = int(topk_idx.min()), int(topk_idx.max())
+        if lo < -1 or hi >= cfg.num_experts:
+            raise ValueError(f"topk_idx values must be in [-1, {cfg.num_experts}), "
+                             f"got min {lo}, max {hi}")
+        ordered = topk_idx.sort(dim=1).values
+        repeated = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
+        if bool(repeated.any()):
+            row = int(repeated.any(dim=1).nonzero()[0])
+            raise ValueError(f"topk_idx row {row} names an expert twice: "
+                             f"{topk_idx[row].tolist()}")
+
+    def _check_combine(self, expert_out, handle, reduce, weighted) -> None:
+        if not isinstance(handle, Handle) or handle.config is not self.config:
+            raise ValueError("handle must come from a dispatch of this Buffer")
+        if reduce not in REDUCTIONS:
+            raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
+        if not isinstance(weighted, bool):
+            raise TypeError(f"weighted must be a bool, got {type(weighted).__name__}")
+        self._check_tensor("expert_out", expert_out, (self.config.dtype,),
+                           handle.rows_shape(self.config.hidden))
+
+
+class _Dispatch(torch.autograd.Function):
+    """Forward: dispatch. Backward: the gradient rows go home and are summed like an unweighted
+    ``reduce="source"`` combine; the gate-weight gradients return to their ``(t, k)`` slots."""
+
+    @staticmethod
+    def forward(ctx, x, topk_weights, topk_idx, backend, handles):
+        recv_x, recv_weights, handle = backend.dispatch(x, topk_idx, topk_weights)
+        handles.append(handle)
+        ctx.backend, ctx.handle = backend, handle
+        return recv_x, recv_weights
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_recv_x, grad_recv_weights):
+        backend, handle = ctx.backend, ctx.handle
+        grad_x = grad_w = None
+        if ctx.needs_input_grad[0]:
+            grad_x = backend.combine(grad_recv_x.contiguous(), handle, "source", False)
+        if ctx.needs_input_grad[1]:
+            grad_w = backend.return_pair_values(grad_recv_weights.reshape(-1), handle)
+        return grad_x, grad_w, None, None, None
+
+
+class _Combine(torch.autograd.Function):
+    """Forward: combine. Backward: ``grad_y`` travels like the dispatch did; each receive row gets
+    ``w * grad_y`` (fp32 product, cast to the dtype), and the gate-weight gradient of a row is the
+    fp32 dot product of ``grad_y`` with that row's expert output, sent home to its ``(t, k)`` slot."""
+
+    @staticmethod
+    def forward(ctx, expert_out, topk_weights, handle, backend, reduce, weighted):
+        ctx.backend, ctx.handle, ctx.weighted = backend, handle, weighted
+        if weighted and ctx.needs_input_grad[1]:
+            ctx.save_for_backward(expert_out)
+        return backend.combine(expert_out, handle, reduce, weighted)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y):
+        backend, handle = ctx.backend, ctx.handle
+        recv_grad = backend.dispatch_like(grad_y.contiguous(), handle)
+        rows_w = handle.row_weights.view(handle.rows_shape(1))
+        grad_out = grad_w = None
+        if ctx.needs_input_grad[0]:
+            grad_out = (recv_grad.float() * rows_w).to(grad_y.dtype) if ctx.weighted else recv_grad
+        if ctx.weighted and ctx.needs_input_grad[1]:
+            (expert_out,) = ctx.saved_tensors
+            dots = (recv_grad.float() * expert_out.float()).sum(-1)
+            grad_w = backend.return_pair_values(dots.reshape(-1), handle)
+        return grad_out, grad_w, None, None, None, None

@@ -1,0 +1,91 @@
+"""Frozen, validated configuration of one expert-parallel layer.
+
+Every field is checked in ``__post_init__`` so that a bad value fails with a message that names the
+argument and the expected value, long before any rank communicates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+LAYOUTS = ("compact", "padded")
+REDUCTIONS = ("source", "expert_rank")
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+# Row indices travel as int32 on the wire, so every destination row index must fit in one.
+MAX_ROWS = 2**31 - 1
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EPConfig:
+    """Shape and policy of an expert-parallel layer, identical on every rank.
+
+    ``num_experts`` experts are spread evenly: rank ``r`` holds experts
+    ``[r * num_local_experts, (r + 1) * num_local_experts)``.
+
+    Example: ``EPConfig(world_size=4, rank=1, hidden=1024, num_experts=64, top_k=8,
+    max_tokens_per_rank=256, dtype=torch.bfloat16)`` gives ``num_local_experts == 16`` (rank 1
+    holds experts 16..31) and, in the padded layout, ``expert_capacity == 4 * 256 == 1024`` rows
+    per local expert.
+    """
+
+    world_size: int
+    rank: int
+    hidden: int
+    num_experts: int
+    top_k: int
+    max_tokens_per_rank: int
+    dtype: torch.dtype
+    layout: str = "compact"
+    timeout_s: float = 60.0
+    check_inputs: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("world_size", "hidden", "num_experts", "top_k", "max_tokens_per_rank"):
+            _check_positive_int(name, getattr(self, name))
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int):
+            raise TypeError(f"rank must be an int, got {type(self.rank).__name__}")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank must be in [0, {self.world_size}), got {self.rank}")
+        if self.num_experts % self.world_size:
+            raise ValueError(
+                f"num_experts must be a multiple of the group size {self.world_size}, "
+                f"got {self.num_experts}"
+            )
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k must be <= num_experts ({self.num_experts}), got {self.top_k}")
+        if self.dtype not in DTYPES:
+            raise TypeError(f"dtype must be one of {DTYPES}, got {self.dtype}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        worst_rows = self.num_local_experts * self.expert_capacity
+        if worst_rows > MAX_ROWS:
+            raise ValueError(
+                f"max_tokens_per_rank={self.max_tokens_per_rank} makes {worst_rows} receive rows "
+                f"per rank, more than the {MAX_ROWS} an int32 row index can address"
+            )
+
+    @property
+    def num_local_experts(self) -> int:
+        return self.num_experts // self.world_size
+
+    @property
+    def expert_capacity(self) -> int:
+        """Rows per local expert in the padded layout: every source may send all its tokens."""
+        return self.world_size * self.max_tokens_per_rank
+
+    @property
+    def local_experts(self) -> range:
+        """Global ids of the experts this rank holds."""
+        return range(self.rank * self.num_local_experts, (self.rank + 1) * self.num_local_experts)

@@ -1,0 +1,122 @@
+"""Run one function on W local ranks, each its own process in a fresh process group.
+
+Used by the tests and by ``ubep demo``. ``fn`` must be importable by name (defined at module level),
+since ranks are started with the ``spawn`` method. Each rank returns a small picklable value; a rank
+that raises is reported with its traceback, and a rank still running at the deadline is killed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """What a rank raised: the exception's class name, its message, and the formatted traceback."""
+
+    rank: int
+    kind: str
+    message: str
+    trace: str
+
+
+class RanksFailed(RuntimeError):
+    def __init__(self, failures: list[RankFailure]):
+        self.failures = failures
+        super().__init__("\n".join(f"rank {f.rank} raised {f.kind}:\n{f.trace}" for f in failures))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(fn, rank, world_size, args, port, pg_backend, pg_timeout_s, threads, results):
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    try:
+        dist.init_process_group(
+            pg_backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+            world_size=world_size, timeout=timedelta(seconds=pg_timeout_s),
+        )
+        value = fn(rank, world_size, *args)
+        results.put((rank, value))
+    except BaseException as err:  # report everything, the parent decides
+        results.put((rank, RankFailure(rank, type(err).__name__, str(err),
+                                              traceback.format_exc())))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_ranks(
+    fn: Callable,
+    world_size: int,
+    *args,
+    pg_backend: str = "gloo",
+    timeout_s: float = 300.0,
+    pg_timeout_s: float = 120.0,
+    threads: int = 1,
+    return_failures: bool = False,
+) -> list:
+    """Call ``fn(rank, world_size, *args)`` on ``world_size`` spawned ranks; results in rank order.
+
+    A rank that raises gives a :class:`RankFailure` in its slot when ``return_failures`` is true;
+    otherwise :class:`RanksFailed` is raised with every failed rank's traceback. All ranks must
+    finish within ``timeout_s`` seconds or the stragglers are killed and reported.
+    """
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = _free_port()
+    env_backup = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    procs = [
+        ctx.Process(target=_rank_main, daemon=True,
+                    args=(fn, r, world_size, args, port, pg_backend, pg_timeout_s, threads,
+                          results))
+        for r in range(world_size)
+    ]
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        if env_backup is None:
+            os.environ.pop("OMP_NUM_THREADS")
+        else:
+            os.environ["OMP_NUM_THREADS"] = env_backup
+    outcome: dict[int, object] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(outcome) < world_size:
+        try:
+            rank, value = results.get(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+            outcome[rank] = value
+        except queue.Empty:
+            dead = [r for r, p in enumerate(procs) if not p.is_alive() and r not in outcome]
+            for r in dead:  # died without reporting (killed, segfault)
+                outcome[r] = RankFailure(r, "ProcessDied", f"exit code {procs[r].exitcode}", "")
+            if time.monotonic() > deadline:
+                for r in range(world_size):
+                    if r not in outcome:
+                        outcome[r] = RankFailure(r, "Timeout", f"still running after "
+                                                 f"{timeout_s:g} s", "")
+                break
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+    ordered = [outcome[r] for r in range(world_size)]
+    failures = [v for v in ordered if isinstance(v, RankFailure)]
+    if failures and not return_failures:
+        raise RanksFailed(failures)
+    return ordered

@@ -1,0 +1,73 @@
+"""Per-phase timers and breakdown tables.
+
+A backend wraps each phase of a call in ``timer.phase(name)``. On CPU tensors the phase is timed with
+``time.perf_counter``; on CUDA tensors with a pair of CUDA events, read only when a report is asked
+for, so timing adds no host synchronization to the hot path. Timing is off unless ``enabled``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class PhaseTimer:
+    """Collects durations, in microseconds, per phase name over many calls."""
+
+    enabled: bool = False
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    _cpu_us: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    _pending: list[tuple[str, object, object]] = field(default_factory=list)
+
+    @contextmanager
+    def phase(self, name: str):
+        if not self.enabled:
+            yield
+            return
+        if self.device.type == "cuda":
+            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+            start.record()
+            yield
+            end.record()
+            self._pending.append((name, start, end))
+        else:
+            t0 = time.perf_counter()
+            yield
+            self._cpu_us[name].append((time.perf_counter() - t0) * 1e6)
+
+    def samples(self) -> dict[str, list[float]]:
+        """Durations in µs per phase, in call order; resolves pending CUDA events."""
+        if self._pending:
+            self._pending[-1][2].synchronize()
+            for name, start, end in self._pending:
+                self._cpu_us[name].append(start.elapsed_time(end) * 1e3)
+            self._pending.clear()
+        return dict(self._cpu_us)
+
+    def reset(self) -> None:
+        self._cpu_us.clear()
+        self._pending.clear()
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+
+
+def breakdown_table(samples: dict[str, list[float]], title: str = "phase") -> str:
+    """A fixed-width table: phase, calls, median µs, min µs, max µs, share of the summed medians."""
+    rows = [(name, len(v), median(v), min(v), max(v)) for name, v in samples.items() if v]
+    total = sum(r[2] for r in rows) or 1.0
+    width = max([len(title)] + [len(r[0]) for r in rows])
+    lines = [f"{title:<{width}}  calls  median µs     min µs     max µs   share"]
+    for name, calls, med, lo, hi in rows:
+        lines.append(
+            f"{name:<{width}}  {calls:>5}  {med:>9.1f}  {lo:>9.1f}  {hi:>9.1f}  {med / total:>6.1%}"
+        )
+    return "\n".join(lines)

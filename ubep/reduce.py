@@ -1,0 +1,30 @@
+"""The one reduction order and rounding every backend reproduces bit for bit.
+
+``acc = 0; for k ascending: if valid[k]: acc = acc + w[k] * o[k]`` in fp32, where the product and the
+sum each round (separate torch ops, so no fused multiply-add can creep in).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def ordered_sum(
+    contrib_MKH: torch.Tensor,
+    valid_MK: torch.Tensor,
+    weights_MK: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Sum ``[M, K, H]`` contributions over ``K`` in ascending order, skipping invalid slots.
+
+    ``valid_MK`` is bool ``[M, K]``; ``weights_MK`` is fp32 ``[M, K]`` or ``None`` (unweighted).
+    Returns fp32 ``[M, H]``. Example: ``o = [[[1.], [2.]]]``, ``w = [[0.5, 0.25]]``, all valid
+    gives ``[[1.0]]`` (``0 + 0.5 * 1 = 0.5``, then ``0.5 + 0.25 * 2 = 1.0``).
+    """
+    num_rows, top_k, hidden = contrib_MKH.shape
+    acc = torch.zeros(num_rows, hidden, dtype=torch.float32, device=contrib_MKH.device)
+    for k in range(top_k):
+        term = contrib_MKH[:, k].float()
+        if weights_MK is not None:
+            term = term * weights_MK[:, k : k + 1]
+        acc = torch.where(valid_MK[:, k : k + 1], acc + term, acc)
+    return acc
