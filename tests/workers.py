@@ -145,3 +145,30 @@ def _check_grads(buf, res, x, w, expert_out, xs, idxs, ws, outs, rank) -> None:
     want_w = (gy.float().unsqueeze(1) * contrib.float()).sum(-1) * valid
     if not torch.allclose(grad_w, want_w, rtol=1e-5, atol=1e-5):
         raise AssertionError("combine grad weights differs from the oracle")
+
+
+def bad_rank_worker(rank: int, world_size: int) -> None:
+    """Every rank: a Buffer of the wrong group size fails; then only rank 1 has bad routing."""
+    try:
+        ubep.Buffer(hidden=8, num_experts=8, top_k=2, max_tokens_per_rank=4, dtype=torch.float32)
+    except ValueError as err:
+        assert "num_experts must be a multiple of the group size 3" in str(err), err
+    else:
+        raise AssertionError("a Buffer of 8 experts over 3 ranks was accepted")
+    buf = ubep.Buffer(hidden=8, num_experts=6, top_k=2, max_tokens_per_rank=4,
+                      dtype=torch.float32, timeout_s=3)
+    idx = torch.tensor([[0, 5], [1, 2]])
+    if rank == 1:
+        idx[0, 0] = 6
+    buf.dispatch(torch.ones(2, 8), idx, torch.ones(2, 2))
+
+
+def run_cases(rank: int, world_size: int, cases: list[Case]) -> list[dict]:
+    """:func:`run_case` for each case in turn on one process group; a failure names its case."""
+    results = []
+    for case in cases:
+        try:
+            results.append(run_case(rank, world_size, case))
+        except Exception as err:
+            raise AssertionError(f"{case}: {err}") from err
+    return results

@@ -26,10 +26,11 @@ class ReferenceBackend(Backend):
 
     # -- collectives with a deadline -------------------------------------------------------------
 
-    def _wait(self, work: dist.Work, phase: str) -> None:
+    def _run(self, phase: str, start) -> None:
+        """Start a collective with ``start()`` (returns a ``dist.Work``) and wait for it."""
         try:
-            work.wait(timeout=timedelta(seconds=self.config.timeout_s))
-        except Exception as err:  # the process group raises RuntimeError subclasses, varying by backend
+            start().wait(timeout=timedelta(seconds=self.config.timeout_s))
+        except Exception as err:  # process groups raise RuntimeError subclasses, varying by backend
             raise EPCommError(
                 f"ubep rank {self.config.rank}: phase '{phase}' did not complete within "
                 f"{self.config.timeout_s:g} s ({err}); a peer may have failed or rejected its "
@@ -38,7 +39,7 @@ class ReferenceBackend(Backend):
 
     def _all_gather(self, t: torch.Tensor, phase: str) -> torch.Tensor:
         parts = [torch.empty_like(t) for _ in range(self.config.world_size)]
-        self._wait(dist.all_gather(parts, t, group=self.group, async_op=True), phase)
+        self._run(phase, lambda: dist.all_gather(parts, t, group=self.group, async_op=True))
         return torch.stack(parts)
 
     def _all_to_all(
@@ -47,11 +48,10 @@ class ReferenceBackend(Backend):
     ) -> torch.Tensor:
         """Rows of ``send`` grouped by destination rank -> rows grouped by source rank."""
         recv = send.new_empty((sum(recv_counts), *send.shape[1:]))
-        work = dist.all_to_all_single(
+        self._run(phase, lambda: dist.all_to_all_single(
             recv, send.contiguous(), list(recv_counts), list(send_counts),
             group=self.group, async_op=True,
-        )
-        self._wait(work, phase)
+        ))
         return recv
 
     # -- dispatch --------------------------------------------------------------------------------
