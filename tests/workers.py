@@ -61,12 +61,13 @@ def _apply_experts(recv_x, tokens_per_expert, cfg):
     experts = _experts_of_rows(tokens_per_expert, first)
     out = torch.empty_like(recv_x)
     for e in sorted(set(experts)):
-        rows = torch.tensor([i for i, ee in enumerate(experts) if ee == e])
+        rows = torch.tensor([i for i, ee in enumerate(experts) if ee == e], device=recv_x.device)
         out[rows] = workloads.scale_expert(recv_x[rows], e)
     return out
 
 
 def _check_equal(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
+    got = got.cpu()
     if got.shape != want.shape or got.dtype != want.dtype or not torch.equal(got, want):
         diff = "shape" if got.shape != want.shape else (
             "dtype" if got.dtype != want.dtype else
@@ -76,7 +77,10 @@ def _check_equal(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
 
 
 def run_case(rank: int, world_size: int, case: Case) -> dict:
-    """Dispatch, combine (both reductions, weighted or not) and gradients, checked bit for bit."""
+    """Dispatch, combine (both reductions, weighted or not) and gradients, checked bit for bit.
+
+    On an NCCL group the rank works on its CUDA device; the oracle stays on the CPU.
+    """
     dtype = DTYPES[case.dtype]
     inputs = [case_inputs(case, s) for s in range(world_size)]
     xs, idxs, ws = (list(v) for v in zip(*inputs, strict=True))
@@ -85,7 +89,7 @@ def run_case(rank: int, world_size: int, case: Case) -> dict:
                       max_tokens_per_rank=max_tokens, dtype=dtype, layout=case.layout,
                       profile=True, timeout_s=60)
     cfg = buf.config
-    x, idx, w = inputs[rank]
+    x, idx, w = (t.to(buf.device) for t in inputs[rank])
     x = x.clone().requires_grad_(case.grads)
     w = w.clone().requires_grad_(case.grads)
 
@@ -132,9 +136,9 @@ def _check_grads(buf, res, x, w, expert_out, xs, idxs, ws, outs, rank) -> None:
 
     # Combine backward: d loss / d y = Gy, a function of (rank, token).
     gys = [workloads.origin_tokens(s + 17, len(i), cfg.hidden, dtype) for s, i in enumerate(idxs)]
-    gy = gys[rank]
+    gy = gys[rank].to(buf.device)
     out_leaf = expert_out.clone().requires_grad_(True)
-    res2 = buf.dispatch(x.detach(), idxs[rank], w)
+    res2 = buf.dispatch(x.detach(), idxs[rank].to(buf.device), w)
     y = buf.combine(out_leaf, res2.handle)
     grad_out, grad_w = torch.autograd.grad((y * gy).sum(), [out_leaf, w])
     gy_rows, tpe, w_rows = oracle.dispatch(gys, idxs, ws, rank, cfg.world_size, cfg.num_experts)
@@ -143,7 +147,7 @@ def _check_grads(buf, res, x, w, expert_out, xs, idxs, ws, outs, rank) -> None:
         want_out = oracle.to_padded(want_out, tpe, cfg.expert_capacity)
     _check_equal("combine grad expert_out", grad_out, want_out)
     want_w = (gy.float().unsqueeze(1) * contrib.float()).sum(-1) * valid
-    if not torch.allclose(grad_w, want_w, rtol=1e-5, atol=1e-5):
+    if not torch.allclose(grad_w.cpu(), want_w, rtol=1e-5, atol=1e-5):
         raise AssertionError("combine grad weights differs from the oracle")
 
 

@@ -45,6 +45,8 @@ def _rank_main(fn, rank, world_size, args, port, pg_backend, pg_timeout_s, threa
     import torch.distributed as dist
 
     torch.set_num_threads(threads)
+    if pg_backend == "nccl":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
     try:
         dist.init_process_group(
             pg_backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from ubep.reduce import ordered_sum
+from ubep.reduce import ordered_sum, rank_partial_sum
 
 
 def rows_of_expert(idxs: list[torch.Tensor], expert: int) -> list[tuple[int, int, int]]:
@@ -72,10 +72,5 @@ def combine(outs, idxs, weights, source: int, world_size: int, num_experts: int,
     w = weights[source].float() if weighted else None
     if reduce == "source":
         return ordered_sum(contrib, idx >= 0, w).to(dtype)
-    local = num_experts // world_size
-    acc = torch.zeros(num_tokens, hidden, dtype=torch.float32)
-    for r in range(world_size):
-        on_r = (idx >= 0) & (torch.div(idx, local, rounding_mode="floor") == r)
-        partial = ordered_sum(contrib, on_r, w).to(dtype).float()
-        acc = torch.where(on_r.any(1, keepdim=True), acc + partial, acc)
-    return acc.to(dtype)
+    rank = torch.div(idx, num_experts // world_size, rounding_mode="floor")
+    return rank_partial_sum(contrib, idx >= 0, rank, world_size, dtype, w).to(dtype)

@@ -28,3 +28,26 @@ def ordered_sum(
             term = term * weights_MK[:, k : k + 1]
         acc = torch.where(valid_MK[:, k : k + 1], acc + term, acc)
     return acc
+
+
+def rank_partial_sum(
+    contrib_MKH: torch.Tensor,
+    valid_MK: torch.Tensor,
+    rank_MK: torch.Tensor,
+    world_size: int,
+    wire_dtype: torch.dtype,
+    weights_MK: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``reduce="expert_rank"``: each rank's slots summed by :func:`ordered_sum`, rounded to
+    ``wire_dtype`` (what travels), then added in ascending rank order in fp32.
+
+    ``rank_MK`` is int ``[M, K]``, the rank holding each slot's expert. A rank that holds none of
+    a row's slots sends nothing for it and is skipped. Returns fp32 ``[M, H]``.
+    """
+    acc = torch.zeros(contrib_MKH.shape[0], contrib_MKH.shape[2], dtype=torch.float32,
+                      device=contrib_MKH.device)
+    for r in range(world_size):
+        on_r = valid_MK & (rank_MK == r)
+        partial = ordered_sum(contrib_MKH, on_r, weights_MK).to(wire_dtype).float()
+        acc = torch.where(on_r.any(1, keepdim=True), acc + partial, acc)
+    return acc

@@ -1,0 +1,69 @@
+"""The ``ubep`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ubep.config import DTYPES, LAYOUTS, REDUCTIONS
+
+DTYPE_NAMES = {"bf16": DTYPES[0], "fp16": DTYPES[1], "fp32": DTYPES[2]}
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ubep", description="Deterministic expert-parallel dispatch and combine for MoE.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser(
+        "demo", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="run an MoE layer with expert parallelism on CPU ranks and check it",
+        description="Spawn W CPU ranks over gloo, run a DeepSeek-style MoE layer (softmax top-k "
+        "router, one SwiGLU expert per expert) with ubep dispatch -> experts -> combine, forward "
+        "and backward, check outputs and gradients against the same layer computed in one "
+        "process, and report bytes on the wire and per-phase times.")
+    demo.add_argument("--ranks", type=_positive, default=4, help="number of ranks W")
+    demo.add_argument("--tokens", type=_positive, default=256, help="tokens per rank")
+    demo.add_argument("--hidden", type=_positive, default=1024, help="hidden size H")
+    demo.add_argument("--experts", type=_positive, default=64,
+                      help="number of experts E (a multiple of --ranks)")
+    demo.add_argument("--top-k", type=_positive, default=8, help="experts per token K")
+    demo.add_argument("--intermediate", type=_positive, default=256,
+                      help="SwiGLU intermediate size per expert")
+    demo.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default="bf16")
+    demo.add_argument("--layout", choices=LAYOUTS, default="compact",
+                      help="dispatch output layout")
+    demo.add_argument("--reduce", choices=REDUCTIONS, default="source",
+                      help="where combine sums the top-k outputs")
+    demo.add_argument("--backend", choices=("auto", "reference"), default="auto")
+    demo.add_argument("--iters", type=_positive, default=3, help="steps to time")
+    demo.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "demo":
+        from ubep.demo import DemoOptions, run_demo
+        from ubep.moe import MoEShape
+
+        shape = MoEShape(hidden=args.hidden, num_experts=args.experts, top_k=args.top_k,
+                         intermediate=args.intermediate, dtype=DTYPE_NAMES[args.dtype])
+        if args.experts % args.ranks:
+            _parser().error(f"--experts {args.experts} must be a multiple of --ranks {args.ranks}")
+        if args.top_k > args.experts:
+            _parser().error(f"--top-k {args.top_k} must be <= --experts {args.experts}")
+        return run_demo(DemoOptions(ranks=args.ranks, tokens=args.tokens, shape=shape,
+                                    layout=args.layout, backend=args.backend,
+                                    reduce=args.reduce, iters=args.iters, seed=args.seed))
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
