@@ -1,0 +1,175 @@
+"""Side-by-side timing of expert-parallel dispatch and combine on W GPUs of one host.
+
+    python benchmarks/bench_ep.py --out bench-out            # every visible GPU, default shapes
+
+One run measures, per routing case: the ubep backends (dispatch, combine with each reduction), NCCL's
+``all_to_all_single`` sending every (token, expert) pair (the naive per-expert all-to-all), and once
+per run a large peer-to-peer copy between GPU 0 and GPU 1 as the link ceiling. Times come from CUDA
+events after a warm-up; each figure is the median over the iterations with the min-max spread, on
+rank 0, plus the slowest rank's median. Bytes are those rank 0 sent to other ranks. Writes
+``results.csv`` and ``results.md`` under ``--out`` and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import ubep
+from ubep.launch import run_ranks
+from ubep.workloads import origin_tokens, origin_weights, skewed_topk
+
+# NVLink multicast stays off on the machines we run on.
+os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+                  NVSHMEM_DISABLE_NVLS="1")
+PADDED_MAX_TOKENS = 512  # the padded (decode) layout holds W * T rows per local expert
+
+
+def link_ceiling_gbps(num_bytes: int = 1 << 30, iters: int = 10) -> float:
+    """One-direction GPU 0 -> GPU 1 copy bandwidth in GB/s (median)."""
+    src = torch.empty(num_bytes, dtype=torch.uint8, device="cuda:0").random_(0, 255)
+    dst = torch.empty(num_bytes, dtype=torch.uint8, device="cuda:1")
+    times = []
+    for i in range(iters + 2):
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record(torch.cuda.current_stream(0))
+        dst.copy_(src)
+        end.record(torch.cuda.current_stream(0))
+        torch.cuda.synchronize(0)
+        torch.cuda.synchronize(1)
+        if i >= 2:
+            times.append(start.elapsed_time(end) / 1e3)
+    return num_bytes / statistics.median(times) / 1e9
+
+
+def _time(fn, iters: int, warmup: int) -> list[float]:
+    """µs per call of ``fn`` (CUDA events, a barrier before each call so ranks start together)."""
+    out = []
+    for i in range(warmup + iters):
+        dist.barrier()
+        torch.cuda.synchronize()
+        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        if i >= warmup:
+            out.append(start.elapsed_time(end) * 1e3)
+    return out
+
+
+def bench_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
+    dev = torch.device("cuda", torch.cuda.current_device())
+    rows = []
+    for tokens in args.tokens:
+        for maxvio in args.maxvio:
+            gen = torch.Generator().manual_seed(rank * 131 + tokens)
+            idx = skewed_topk(tokens, args.experts, args.top_k, maxvio=maxvio,
+                              hot_experts=list(range(0, args.experts, args.experts // 8))
+                              if maxvio else [], generator=gen).to(dev)
+            x = origin_tokens(rank, tokens, args.hidden, torch.bfloat16).to(dev)
+            w = origin_weights(rank, tokens, args.top_k).to(dev)
+            case = {"tokens": tokens, "maxvio": maxvio}
+            for layout in args.layouts:
+                if layout == "padded" and tokens > PADDED_MAX_TOKENS:
+                    continue
+                buf = ubep.Buffer(hidden=args.hidden, num_experts=args.experts, top_k=args.top_k,
+                                  max_tokens_per_rank=tokens, dtype=torch.bfloat16,
+                                  backend="reference", layout=layout, check_inputs=False)
+                res = buf.dispatch(x, idx, w)
+                wire = res.handle.wire
+                name = f"reference/{layout}"
+                rows.append({**case, "what": f"{name} dispatch", "bytes": wire.total_bytes,
+                             "us": _time(lambda b=buf: b.dispatch(x, idx, w), args.iters,
+                                         args.warmup)})
+                for reduce in ("source", "expert_rank"):
+                    out_bytes = (wire.pairs_sent if reduce == "source" else wire.tokens_sent) \
+                        * args.hidden * 2
+                    rows.append({**case, "what": f"{name} combine {reduce}", "bytes": out_bytes,
+                                 "us": _time(lambda b=buf, r=res, red=reduce: b.combine(
+                                     r.recv_x, r.handle, reduce=red), args.iters, args.warmup)})
+            rows.append({**case, "what": "nccl a2a per expert", "bytes": wire.naive_token_bytes,
+                         "us": _naive_a2a(x, idx, args, world)})
+    return rows
+
+
+def _naive_a2a(x, idx, args, world: int) -> list[float]:
+    """NCCL all_to_all_single of one row per (token, expert) pair, split sizes known in advance."""
+    local = args.experts // world
+    flat = idx.flatten()
+    order = torch.argsort(torch.where(flat >= 0, flat, args.experts), stable=True)
+    send = x[order[: int((flat >= 0).sum())] // args.top_k]
+    send_counts = torch.bincount(flat[flat >= 0] // local, minlength=world)
+    recv_counts = torch.empty_like(send_counts)
+    dist.all_to_all_single(recv_counts, send_counts)
+    recv = send.new_empty(int(recv_counts.sum()), x.shape[1])
+    sc, rc = send_counts.tolist(), recv_counts.tolist()
+    return _time(lambda: dist.all_to_all_single(recv, send, rc, sc), args.iters, args.warmup)
+
+
+def summarize(per_rank: list[list[dict]], ceiling: float, world: int) -> list[dict]:
+    table = []
+    for i, row in enumerate(per_rank[0]):
+        us = row["us"]
+        med = statistics.median(us)
+        slowest = max(statistics.median(r[i]["us"]) for r in per_rank)
+        gbps = row["bytes"] / (med * 1e-6) / 1e9 if med else 0.0
+        table.append({"W": world, "tokens": row["tokens"], "maxvio": row["maxvio"],
+                      "what": row["what"], "median_us": round(med, 1),
+                      "min_us": round(min(us), 1), "max_us": round(max(us), 1),
+                      "slowest_rank_us": round(slowest, 1), "bytes_rank0": row["bytes"],
+                      "GBps": round(gbps, 1), "pct_link": round(100 * gbps / ceiling, 1)})
+    return table
+
+
+def write(table: list[dict], out: Path, header: str) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    cols = list(table[0])
+    lines = [header, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in table]
+    text = "\n".join(lines) + "\n"
+    (out / "results.md").write_text(text)
+    return text
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=int, default=torch.cuda.device_count())
+    p.add_argument("--tokens", type=int, nargs="+", default=[16, 128, 512, 4096, 8192])
+    p.add_argument("--maxvio", type=float, nargs="+", default=[0.0, 1.0, 3.0])
+    p.add_argument("--hidden", type=int, default=7168)
+    p.add_argument("--experts", type=int, default=256)
+    p.add_argument("--top-k", type=int, default=8)
+    p.add_argument("--layouts", nargs="+", default=["compact", "padded"])
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--out", type=Path, default=Path("bench-out"))
+    args = p.parse_args()
+    if args.ranks < 2:
+        print("needs at least 2 GPUs", file=sys.stderr)
+        return 2
+    ceiling = link_ceiling_gbps()
+    t0 = time.perf_counter()
+    per_rank = run_ranks(bench_rank, args.ranks, args, pg_backend="nccl", timeout_s=3000)
+    header = (f"EP{args.ranks} on {torch.cuda.get_device_name(0)}, hidden {args.hidden}, "
+              f"{args.experts} experts, top-{args.top_k}, bf16; link ceiling (GPU0->GPU1 copy, "
+              f"1 GiB) {ceiling:.0f} GB/s; {args.iters} iterations after {args.warmup} warm-up; "
+              f"torch {torch.__version__}; {time.perf_counter() - t0:.0f} s")
+    print(write(summarize(per_rank, ceiling, args.ranks), args.out, header))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
