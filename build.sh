@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ubep set-up and checks on a CPU machine.
 #   ./build.sh demo [ubep demo options]   install ubep, then run `ubep demo`
-#   ./build.sh test [pytest options]      install ubep with its test extras, then run every test
+#   ./build.sh test [pytest options]      install ubep with its test extras, lint, run every test
 #   ./build.sh install                    install ubep with its test extras only
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -19,7 +19,10 @@ command=${1:-test}
 shift || true
 case "$command" in
     demo) install ""; exec "$PYTHON" -m ubep.cli demo "$@" ;;
-    test) install "[test]"; exec "$PYTHON" -m pytest -q "$@" ;;
+    test)
+        install "[test]"
+        "$PYTHON" -m ruff check ubep tests benchmarks
+        exec "$PYTHON" -m pytest -q "$@" ;;
     install) install "[test]" ;;
     *) echo "usage: ./build.sh demo|test|install [options]" >&2; exit 2 ;;
 esac

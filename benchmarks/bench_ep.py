@@ -88,8 +88,8 @@ def bench_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
                 wire = res.handle.wire
                 name = f"reference/{layout}"
                 rows.append({**case, "what": f"{name} dispatch", "bytes": wire.total_bytes,
-                             "us": _time(lambda b=buf: b.dispatch(x, idx, w), args.iters,
-                                         args.warmup)})
+                             "us": _time(lambda b=buf, x=x, i=idx, w=w: b.dispatch(x, i, w),
+                                         args.iters, args.warmup)})
                 for reduce in ("source", "expert_rank"):
                     out_bytes = (wire.pairs_sent if reduce == "source" else wire.tokens_sent) \
                         * args.hidden * 2

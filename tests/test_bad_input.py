@@ -81,7 +81,7 @@ def test_combine_rejects(buf, single_rank_group):
 
 
 def test_buffer_rejects(single_rank_group):
-    common = dict(hidden=H, num_experts=E, top_k=K, max_tokens_per_rank=T)
+    common = {"hidden": H, "num_experts": E, "top_k": K, "max_tokens_per_rank": T}
     with pytest.raises(ValueError, match="backend must be one of"):
         ubep.Buffer(single_rank_group, backend="mpi", **common)
     with pytest.raises(TypeError, match="dtype must be one of"):

@@ -5,8 +5,8 @@ import torch
 
 from ubep import EPConfig
 
-GOOD = dict(world_size=4, rank=1, hidden=1024, num_experts=64, top_k=8, max_tokens_per_rank=256,
-            dtype=torch.bfloat16)
+GOOD = {"world_size": 4, "rank": 1, "hidden": 1024, "num_experts": 64, "top_k": 8,
+        "max_tokens_per_rank": 256, "dtype": torch.bfloat16}
 
 
 def test_worked_example():

@@ -26,15 +26,20 @@ def test_token_rank_mask_dedups_per_rank():
 
 
 def test_send_order_rank_major_then_token():
-    tokens, counts = layout.send_order(layout.token_rank_mask(IDX, 2, 2))
+    tokens, ranks, counts = layout.send_order(layout.token_rank_mask(IDX, 2, 2))
     assert tokens.tolist() == [0, 1, 0, 2]
+    assert ranks.tolist() == [0, 0, 1, 1]
     assert counts.tolist() == [2, 2]
 
 
+def test_pairs_between_ranks():
+    assert layout.pairs_between_ranks(C).tolist() == [[3, 2], [2, 2]]
+
+
 def test_send_order_empty_and_all_dropped():
-    tokens, counts = layout.send_order(layout.token_rank_mask(torch.full((2, 3), -1), 1, 3))
+    tokens, _, counts = layout.send_order(layout.token_rank_mask(torch.full((2, 3), -1), 1, 3))
     assert tokens.tolist() == [] and counts.tolist() == [0, 0, 0]
-    tokens, counts = layout.send_order(torch.zeros(0, 3, dtype=torch.bool))
+    tokens, _, counts = layout.send_order(torch.zeros(0, 3, dtype=torch.bool))
     assert tokens.numel() == 0 and counts.tolist() == [0, 0, 0]
 
 
@@ -58,9 +63,7 @@ def test_pair_rows_and_received_rows():
 
 
 def test_return_slots_group_by_rank():
-    slots, counts = layout.return_slots(IDX, 2, 2)
-    assert slots.tolist() == [0, 2, 3, 1, 4]
-    assert counts.tolist() == [3, 2]
+    assert layout.return_slots(IDX, 2, 2).tolist() == [0, 2, 3, 1, 4]
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -125,7 +125,8 @@ def _check_grads(buf, res, x, w, expert_out, xs, idxs, ws, outs, rank) -> None:
     valid = idxs[rank] >= 0
     # Dispatch backward: d loss / d recv_x = G (the toy expert of each row), d / d recv_w = 2w + 1.
     g_rows = _apply_experts(res.recv_x.detach(), res.tokens_per_expert, cfg)
-    loss = (res.recv_x * g_rows).sum() + (res.recv_weights * (2 * res.recv_weights.detach() + 1)).sum()
+    gw_rows = 2 * res.recv_weights.detach() + 1
+    loss = (res.recv_x * g_rows).sum() + (res.recv_weights * gw_rows).sum()
     grad_x, grad_w = torch.autograd.grad(loss, [x, w])
     contrib = torch.stack([torch.stack(
         [o if o is not None else torch.zeros(cfg.hidden, dtype=dtype) for o in row])
@@ -146,7 +147,7 @@ def _check_grads(buf, res, x, w, expert_out, xs, idxs, ws, outs, rank) -> None:
     if cfg.layout == "padded":
         want_out = oracle.to_padded(want_out, tpe, cfg.expert_capacity)
     _check_equal("combine grad expert_out", grad_out, want_out)
-    want_w = (gy.float().unsqueeze(1) * contrib.float()).sum(-1) * valid
+    want_w = (gys[rank].float().unsqueeze(1) * contrib.float()).sum(-1) * valid
     if not torch.allclose(grad_w.cpu(), want_w, rtol=1e-5, atol=1e-5):
         raise AssertionError("combine grad weights differs from the oracle")
 

@@ -15,7 +15,6 @@ from ubep.buffer import Buffer
 from ubep.launch import run_ranks
 from ubep.moe import MoEShape, ep_forward, expert_weights, router_weight, single_process_forward
 from ubep.profiling import breakdown_table
-from ubep.workloads import measured_maxvio
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,8 @@ def demo_rank(rank: int, world_size: int, opts: DemoOptions, start: float) -> di
     dist.all_reduce(grad_router)
     # [gate [E_local, H, I], up [E_local, H, I], down [E_local, I, H]] for the gather to rank 0.
     grad_local = [torch.stack(grad_params[i::3]) for i in range(3)]
-    stats = {"backend": buf.backend_name, "wire": handle.wire, "rows": int(handle.tokens_per_expert.sum()),
+    stats = {"backend": buf.backend_name, "wire": handle.wire,
+             "rows": int(handle.tokens_per_expert.sum()),
              "step_ms": step_ms, "phases": buf.phase_times()}
     gathered = [[torch.empty_like(t) for _ in range(world_size)] if rank == 0 else None
                 for t in (y, grad_x, *grad_local)]

@@ -52,14 +52,24 @@ def token_rank_mask(topk_idx_TK: torch.Tensor, num_local_experts: int, world_siz
 def send_order(token_rank_mask_TW: torch.Tensor):
     """Wire order of the tokens a source sends: by destination rank, then token index.
 
-    Returns ``(send_token_idx [S] int64, send_counts [W] int64)`` where ``S`` is the number of
-    (token, destination rank) sends. Example: tokens ``[0, 1, 0, 2]`` with counts ``[2, 2]``
-    (rank 0 gets tokens 0 and 1, rank 1 gets tokens 0 and 2; token 1 goes to rank 0 once
-    although two of its experts live there).
+    Returns ``(send_token_idx [S], send_rank [S], send_counts [W])``, all int64, where ``S`` is the
+    number of (token, destination rank) sends. Example: tokens ``[0, 1, 0, 2]`` to ranks
+    ``[0, 0, 1, 1]``, counts ``[2, 2]`` (token 1 goes to rank 0 once although two of its experts
+    live there).
     """
     ranks, tokens = token_rank_mask_TW.t().nonzero(as_tuple=True)
     counts = torch.bincount(ranks, minlength=token_rank_mask_TW.shape[1])
-    return tokens, counts
+    return tokens, ranks, counts
+
+
+def pairs_between_ranks(count_matrix_WE: torch.Tensor) -> torch.Tensor:
+    """``[W, W]`` int64: pairs source ``s`` routes to rank ``d``, summed from the count matrix.
+
+    Example: ``C = [[1, 2, 1, 1], [2, 0, 1, 1]]`` with 2 experts per rank gives
+    ``[[3, 2], [2, 2]]``.
+    """
+    world_size, num_experts = count_matrix_WE.shape
+    return count_matrix_WE.long().view(world_size, world_size, num_experts // world_size).sum(-1)
 
 
 def local_order(topk_idx_TK: torch.Tensor, num_experts: int) -> torch.Tensor:
@@ -129,21 +139,21 @@ def return_slots(topk_idx_TK: torch.Tensor, num_local_experts: int, world_size: 
     """Where each pair sent back by the destination ranks lands in the source's ``[T * K]`` slots.
 
     Destinations return pairs grouped by rank, and in ``(t, k)`` order inside a rank. Returns
-    ``(slots [P] int64, pair_counts [W] int64)``. Example: slots ``[0, 2, 3, 1, 4]`` (flat
-    ``t * K + k``: rank 0 returns (0,0), (1,0), (1,1); rank 1 returns (0,1), (2,0)) and counts
-    ``[3, 2]``.
+    ``[P]`` int64 flat ``t * K + k`` slots. Example: ``[0, 2, 3, 1, 4]`` (rank 0 returns (0,0),
+    (1,0), (1,1); rank 1 returns (0,1), (2,0)); the per-rank counts are those of
+    :func:`pairs_between_ranks`.
     """
     ranks = dest_rank(topk_idx_TK, num_local_experts).reshape(-1)
     key = torch.where(ranks >= 0, ranks, world_size)
     order = torch.argsort(key, stable=True)
-    counts = torch.bincount(key, minlength=world_size + 1)[:world_size]
-    return order[: int(counts.sum())], counts
+    return order[: int((ranks >= 0).sum())]
 
 
 def received_rows(pair_rows_TK: torch.Tensor, dest_rank_TK: torch.Tensor, rank):
     """Rows that one destination rank fills for a source's pairs, ``-1`` for pairs elsewhere.
 
     ``[T, K]`` int64; ``rank`` is an int or a ``[T, 1]`` tensor (one destination per row). The source
-    sends this row block with each token so the destination needs no search. Example for rank 1 of the running example: ``[[-1, 0], [-1, -1], [2, -1]]``.
+    sends this row block with each token so the destination needs no search. Example, rank 1 of
+    the running example: ``[[-1, 0], [-1, -1], [2, -1]]``.
     """
     return torch.where(dest_rank_TK == rank, pair_rows_TK, -1)

@@ -63,13 +63,18 @@ def skewed_topk(
     num_tokens: int, num_experts: int, top_k: int, *, maxvio: float = 0.0,
     hot_experts: list[int] | None = None, generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """``[T, K]`` int64 routing with exactly the loads of :func:`expert_loads`, distinct per row.
+    """``[T, K]`` int64 routing with the loads of :func:`expert_loads`, distinct per row.
 
-    Each token takes the ``K`` experts with the most remaining demand (which always succeeds when no
-    load exceeds ``T``), then token order and each row are shuffled with ``generator``.
+    The hot experts get exactly their loads; the cold loads (which differ by at most one) are
+    dealt to the cold experts in a random order, so that when ``T * K < E`` the leftover pairs do
+    not all land on the low expert ids, and so on rank 0. Each token takes the ``K`` experts with
+    the most remaining demand (which always succeeds when no load exceeds ``T``), then token order
+    and each row are shuffled with ``generator``.
     """
     hot = [0] if hot_experts is None and maxvio > 0 else (hot_experts or [])
     demand = expert_loads(num_tokens, num_experts, top_k, maxvio, hot).double()
+    cold = torch.tensor([e for e in range(num_experts) if e not in set(hot)], dtype=torch.long)
+    demand[cold] = demand[cold[torch.randperm(len(cold), generator=generator)]]
     # Break ties among equal demands at random but reproducibly.
     jitter = torch.rand(num_experts, generator=generator, dtype=torch.float64) * 0.5
     rows = torch.empty(num_tokens, top_k, dtype=torch.long)

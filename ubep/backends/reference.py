@@ -11,6 +11,7 @@ rank and the phase, so a peer that failed before communicating never leaves this
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import torch
@@ -27,9 +28,23 @@ class ReferenceBackend(Backend):
     # -- collectives with a deadline -------------------------------------------------------------
 
     def _run(self, phase: str, start) -> None:
-        """Start a collective with ``start()`` (returns a ``dist.Work``) and wait for it."""
+        """Start a collective with ``start()`` (returns a ``dist.Work``) and wait for it.
+
+        On CPU the process group's own timed wait is used. On a device it is not: NCCL's timed
+        wait sleeps in millisecond steps, which would dominate every call, so this polls the
+        work's completion instead and then orders the current stream after it.
+        """
+        deadline = time.monotonic() + self.config.timeout_s
         try:
-            start().wait(timeout=timedelta(seconds=self.config.timeout_s))
+            work = start()
+            if self.device.type == "cpu":
+                work.wait(timeout=timedelta(seconds=self.config.timeout_s))
+                return
+            while not work.is_completed():
+                if time.monotonic() > deadline:
+                    raise TimeoutError("no completion")
+                time.sleep(0)
+            work.wait()
         except Exception as err:  # process groups raise RuntimeError subclasses, varying by backend
             raise EPCommError(
                 f"ubep rank {self.config.rank}: phase '{phase}' did not complete within "
@@ -67,27 +82,30 @@ class ReferenceBackend(Backend):
         with timer.phase("dispatch: count exchange"):
             counts_E = layout.expert_counts(topk_idx_TK, cfg.num_experts)
             mask_TW = layout.token_rank_mask(topk_idx_TK, cfg.num_local_experts, world)
-            send_token_idx, send_counts_W = layout.send_order(mask_TW)
+            send_token_idx, send_rank_S, send_counts_W = layout.send_order(mask_TW)
             gathered = self._all_gather(
                 torch.cat([counts_E, send_counts_W]), "dispatch: count exchange"
             )
             count_matrix_WE = gathered[:, : cfg.num_experts]
             tokens_WW = gathered[:, cfg.num_experts :]
+            pairs_WW = layout.pairs_between_ranks(count_matrix_WE)
+            tokens_per_expert = count_matrix_WE.sum(0)[cfg.local_experts.start :
+                                                       cfg.local_experts.stop]
+            # Every split size the calls below need, in one device-to-host copy.
+            sizes = torch.cat([tokens_WW[rank], tokens_WW[:, rank], pairs_WW[rank],
+                               pairs_WW[:, rank], tokens_per_expert.sum().view(1)]).tolist()
+            send_counts, recv_counts, return_counts, recv_pair_counts = (
+                tuple(sizes[i * world : (i + 1) * world]) for i in range(4))
         with timer.phase("dispatch: route send"):
             capacity = cfg.expert_capacity if cfg.layout == "padded" else None
             base_WE = layout.row_base(count_matrix_WE, cfg.num_local_experts, capacity)
             rows_TK = layout.pair_rows(topk_idx_TK, base_WE[rank], cfg.num_experts)
             ranks_TK = layout.dest_rank(topk_idx_TK, cfg.num_local_experts)
-            send_rank_S = torch.repeat_interleave(
-                torch.arange(world, device=x_TH.device), send_counts_W
-            )
             rows_SK = layout.received_rows(
                 rows_TK[send_token_idx], ranks_TK[send_token_idx], send_rank_S.unsqueeze(1)
             )
             weights_SK = topk_weights_TK.detach()[send_token_idx].float()
             route_SK2 = torch.cat([rows_SK.int(), weights_SK.view(torch.int32)], dim=1)
-            send_counts = tuple(send_counts_W.tolist())
-            recv_counts = tuple(tokens_WW[:, rank].tolist())
             route_NK2 = self._all_to_all(
                 route_SK2, send_counts, recv_counts, "dispatch: route send"
             )
@@ -95,22 +113,10 @@ class ReferenceBackend(Backend):
             recv_rows = route_NK2[:, :top_k].long()
             recv_pair_weights = route_NK2[:, top_k:].contiguous().view(torch.float32)
             valid_NK = recv_rows >= 0
-            tokens_per_expert = count_matrix_WE.sum(0)[cfg.local_experts.start :
-                                                       cfg.local_experts.stop]
-            num_rows = (cfg.num_local_experts * cfg.expert_capacity if capacity
-                        else int(tokens_per_expert.sum()))
+            num_rows = cfg.num_local_experts * cfg.expert_capacity if capacity else sizes[-1]
             row_weights = torch.zeros(num_rows, dtype=torch.float32, device=x_TH.device)
             row_weights[recv_rows[valid_NK]] = recv_pair_weights[valid_NK]
-            src_N = torch.repeat_interleave(
-                torch.arange(world, device=x_TH.device), torch.tensor(recv_counts,
-                                                                      device=x_TH.device)
-            )
-            recv_pair_counts = torch.zeros(world, dtype=torch.long, device=x_TH.device)
-            recv_pair_counts.index_add_(0, src_N, valid_NK.sum(1))
-            return_slots, return_counts_W = layout.return_slots(
-                topk_idx_TK, cfg.num_local_experts, world
-            )
-        return_counts = tuple(return_counts_W.tolist())
+            return_slots = layout.return_slots(topk_idx_TK, cfg.num_local_experts, world)
         itemsize = x_TH.element_size()
         remote_tokens = sum(send_counts) - send_counts[rank]
         remote_pairs = sum(return_counts) - return_counts[rank]
@@ -133,7 +139,7 @@ class ReferenceBackend(Backend):
             recv_counts=recv_counts,
             recv_rows=recv_rows,
             recv_pair_weights=recv_pair_weights,
-            recv_pair_counts=tuple(recv_pair_counts.tolist()),
+            recv_pair_counts=recv_pair_counts,
             row_weights=row_weights,
             tokens_per_expert=tokens_per_expert,
             num_rows=num_rows,
@@ -179,8 +185,9 @@ class ReferenceBackend(Backend):
                 )
             return y.to(expert_out.dtype)
         with self.timer.phase("combine: local reduce"):
-            contrib_NKH = rows_RH.new_zeros(*handle.recv_rows.shape, hidden)
-            contrib_NKH[valid_NK] = rows_RH[handle.recv_rows[valid_NK]]
+            # One gather [N, K, H]; slots of pairs held elsewhere read row 0 and are masked out.
+            contrib_NKH = (rows_RH[handle.recv_rows.clamp(min=0)] if handle.num_rows
+                           else rows_RH.new_zeros(*handle.recv_rows.shape, hidden))
             weights = handle.recv_pair_weights if weighted else None
             partial_NH = ordered_sum(contrib_NKH, valid_NK, weights).to(expert_out.dtype)
         with self.timer.phase("combine: send"):
