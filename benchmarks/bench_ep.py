@@ -6,7 +6,8 @@ One run measures, per routing case: the ubep backends (dispatch, combine with ea
 ``all_to_all_single`` sending every (token, expert) pair (the naive per-expert all-to-all), and once
 per run a large peer-to-peer copy between GPU 0 and GPU 1 as the link ceiling. Times come from CUDA
 events after a warm-up; each figure is the median over the iterations with the min-max spread, on
-rank 0, plus the slowest rank's median. Bytes are those rank 0 sent to other ranks. Writes
+rank 0, plus the slowest rank's median. Bytes are those that crossed between rank 0 and the other
+ranks: for dispatch what rank 0 sent, for combine what came back to rank 0. Writes
 ``results.csv`` and ``results.md`` under ``--out`` and prints the table.
 """
 
