@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ubep.buffer import BACKENDS
 from ubep.config import DTYPES, LAYOUTS, REDUCTIONS
 
 DTYPE_NAMES = {"bf16": DTYPES[0], "fp16": DTYPES[1], "fp32": DTYPES[2]}
@@ -36,14 +37,15 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--top-k", type=_positive, default=8, help="experts per token K")
     demo.add_argument("--intermediate", type=_positive, default=256,
                       help="SwiGLU intermediate size per expert")
-    demo.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default="bf16")
+    demo.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default="bf16",
+                      help="dtype of the tokens on the wire (the experts compute in fp32)")
     demo.add_argument("--layout", choices=LAYOUTS, default="compact",
                       help="dispatch output layout")
     demo.add_argument("--reduce", choices=REDUCTIONS, default="source",
                       help="where combine sums the top-k outputs")
-    demo.add_argument("--backend", choices=("auto", "reference"), default="auto")
+    demo.add_argument("--backend", choices=BACKENDS, default="auto", help="ubep backend")
     demo.add_argument("--iters", type=_positive, default=3, help="steps to time")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=int, default=0, help="seed of weights and tokens")
     return parser
 
 
