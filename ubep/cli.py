@@ -46,6 +46,15 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--backend", choices=BACKENDS, default="auto", help="ubep backend")
     demo.add_argument("--iters", type=_positive, default=3, help="steps to time")
     demo.add_argument("--seed", type=int, default=0, help="seed of weights and tokens")
+    sim = sub.add_parser(
+        "simulate", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="simulate a dispatch on a superpod (UBEP paper scenarios)",
+        description="Run a named scenario of the superpod simulator (a SimPy model of one MoE "
+        "dispatch: BSP or decomposed, worker mapping, sync mode) and write its table (CSV, "
+        "Markdown) and figure (PNG). docs/SIMULATOR.md explains the model and its numbers.")
+    sim.add_argument("--scenario", default="paper-fig10", help="scenario name, or 'all'")
+    sim.add_argument("--out", default="ubep-sim-out", help="folder for tables and figures")
+    sim.add_argument("--list", action="store_true", help="list the scenarios and exit")
     return parser
 
 
@@ -64,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         return run_demo(DemoOptions(ranks=args.ranks, tokens=args.tokens, shape=shape,
                                     layout=args.layout, backend=args.backend,
                                     reduce=args.reduce, iters=args.iters, seed=args.seed))
+    if args.command == "simulate":
+        try:
+            from ubep.sim.cli import run_simulate
+        except ImportError as err:  # simpy / matplotlib are the optional 'sim' extras
+            print(f"ubep simulate needs the sim extras ({err.name} is missing): "
+                  f"pip install 'ubep[sim]'", file=sys.stderr)
+            return 2
+        return run_simulate(args.scenario, args.out, args.list)
     return 2
 
 

@@ -1,0 +1,34 @@
+"""``ubep simulate``: run named scenarios, print their tables, write tables and figures."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ubep.sim.report import markdown_table, write_figure, write_table
+from ubep.sim.scenarios import SCENARIOS, run_scenario
+
+
+def run_simulate(scenario: str, out: str, list_only: bool) -> int:
+    if list_only:
+        for name, fn in SCENARIOS.items():
+            print(f"{name:<12} {fn.__doc__.splitlines()[0]}")
+        return 0
+    names = list(SCENARIOS) if scenario == "all" else [scenario]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        print(f"ubep simulate: unknown scenario {unknown[0]!r}; one of {sorted(SCENARIOS)} or 'all'",
+              file=sys.stderr)
+        return 2
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        print(f"running {name} ...", flush=True)
+        rows, figures, seconds = run_scenario(name)
+        write_table(rows, folder / name)
+        for filename, (kind, data) in figures.items():
+            write_figure(kind, data, folder / filename, f"{name}: {SCENARIOS[name].__doc__.split(',')[0]}")
+        print(markdown_table(rows))
+        print(f"{name}: {seconds:.1f} s; wrote {folder / name}.csv, .md and "
+              f"{', '.join(str(folder / f) for f in figures)}\n", flush=True)
+    return 0
