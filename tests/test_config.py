@@ -17,15 +17,15 @@ def test_worked_example():
 
 
 @pytest.mark.parametrize(("field", "value", "error", "words"), [
-    ("world_size", 0, ValueError, "world_size must be > 0"),
+    ("world_size", 0, ValueError, "world_size must be >= 1"),
     ("rank", 4, ValueError, "rank must be in"),
     ("rank", -1, ValueError, "rank must be in"),
-    ("hidden", 0, ValueError, "hidden must be > 0"),
+    ("hidden", 0, ValueError, "hidden must be >= 1"),
     ("hidden", 1024.0, TypeError, "hidden must be an int"),
     ("num_experts", 63, ValueError, "num_experts must be a multiple of the group size 4"),
     ("top_k", 65, ValueError, "top_k must be <= num_experts"),
     ("top_k", True, TypeError, "top_k must be an int"),
-    ("max_tokens_per_rank", -3, ValueError, "max_tokens_per_rank must be > 0"),
+    ("max_tokens_per_rank", -3, ValueError, "max_tokens_per_rank must be >= 1"),
     ("max_tokens_per_rank", 2**30, ValueError, "max_tokens_per_rank=1073741824"),
     ("dtype", torch.int8, TypeError, "dtype must be one of"),
     ("layout", "dense", ValueError, "layout must be one of"),

@@ -10,19 +10,14 @@ from dataclasses import dataclass
 
 import torch
 
+from ubep.checks import check_int
+
 LAYOUTS = ("compact", "padded")
 REDUCTIONS = ("source", "expert_rank")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 # Row indices travel as int32 on the wire, so every destination row index must fit in one.
 MAX_ROWS = 2**31 - 1
-
-
-def _check_positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,9 +46,8 @@ class EPConfig:
 
     def __post_init__(self) -> None:
         for name in ("world_size", "hidden", "num_experts", "top_k", "max_tokens_per_rank"):
-            _check_positive_int(name, getattr(self, name))
-        if isinstance(self.rank, bool) or not isinstance(self.rank, int):
-            raise TypeError(f"rank must be an int, got {type(self.rank).__name__}")
+            check_int(name, getattr(self, name), 1)
+        check_int("rank", self.rank)
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank must be in [0, {self.world_size}), got {self.rank}")
         if self.num_experts % self.world_size:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ubep.checks import check_int
 from ubep.protocol.sentinel import sentinel_candidates
 
 MODES = ("sw", "tff", "dc", "sp")
@@ -36,18 +37,13 @@ MAX_EPOCH = 2**64 - 1
 MIN_BLOCK, MAX_BLOCK = 8, 4096
 
 
-def _check_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-
-
 def _is_pow2(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
 
 def check_epoch(epoch: int) -> int:
     """``epoch`` if it is an int in ``[1, 2**64 - 1]``, else TypeError / ValueError naming it."""
-    _check_int("epoch", epoch)
+    check_int("epoch", epoch)
     if not 1 <= epoch <= MAX_EPOCH:
         raise ValueError(f"epoch must be in [1, 2**64 - 1], got {epoch}")
     return epoch
@@ -85,7 +81,7 @@ class WireFormat:
         if self.dtype not in DTYPES:
             raise TypeError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype}")
         for name in ("hidden", "block_bytes", "flag_bytes", "sentinel_index"):
-            _check_int(name, getattr(self, name))
+            check_int(name, getattr(self, name))
         if self.hidden <= 0 or self.hidden % 8:
             raise ValueError(f"hidden must be a positive multiple of 8, got {self.hidden}")
         if not (_is_pow2(self.block_bytes) and MIN_BLOCK <= self.block_bytes <= MAX_BLOCK):

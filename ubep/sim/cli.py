@@ -26,8 +26,9 @@ def run_simulate(scenario: str, out: str, list_only: bool) -> int:
         print(f"running {name} ...", flush=True)
         rows, figures, seconds = run_scenario(name)
         write_table(rows, folder / name)
-        for filename, (kind, data) in figures.items():
-            write_figure(kind, data, folder / filename, f"{name}: {SCENARIOS[name].__doc__.split(',')[0]}")
+        title = f"{name}: {SCENARIOS[name].__doc__.split(',')[0]}"
+        for filename, (kind, data, xlabel) in figures.items():
+            write_figure(kind, data, xlabel, folder / filename, title)
         print(markdown_table(rows))
         print(f"{name}: {seconds:.1f} s; wrote {folder / name}.csv, .md and "
               f"{', '.join(str(folder / f) for f in figures)}\n", flush=True)

@@ -23,6 +23,7 @@ from ubep.sim.params import SimParams
 CANN_EP = ("bsp", "expert_contiguous", "sw")
 UBEP_NO_MAPPING = ("decomposed", "load_balanced", "sp")
 UBEP = ("decomposed", "hop_aware", "sp")
+UBEP_HOP_BALANCED = ("decomposed", "hop_balanced", "sp")
 HOT_MAXVIO = 3.0  # assumed: each hot expert draws 4x the mean load (the paper gives no figure)
 
 
@@ -102,23 +103,23 @@ def fig9_breakdown(params: SimParams) -> tuple[list[dict], dict]:
         rows.append({"batch": tokens, "cann_ep_us": round(base.total_us, 1),
                      "ubep_us": round(ours.total_us, 1),
                      "gain_pct": _gain(base.total_us, ours.total_us), "paper_gain_pct": "34.7-52.4"})
-    return rows, {"fig9_breakdown.png": ("gantt", spans)}
+    return rows, {"fig9_breakdown.png": ("gantt", spans, "time on the slowest rank (µs)")}
 
 
 def fig10_workers(params: SimParams) -> tuple[list[dict], dict]:
     """Per-worker token-send latency, 64 NPUs in 4 nodes of 16, 256 experts, top-8, 8 hot experts
     (paper Figure 10: max 62.2 / 48.1 / 43.5 µs)."""
     work = Workload(64, 256, 8, 64, hot=8)
-    paper = {"CANN EP": 62.2, "UBEP w/o mapping": 48.1, "UBEP": 43.5}
+    paper = {"CANN EP": 62.2, "UBEP w/o mapping": 48.1, "UBEP": 43.5, "UBEP, hop-balanced": "-"}
     rows, lines = [], {}
     for name, variant in (("CANN EP", CANN_EP), ("UBEP w/o mapping", UBEP_NO_MAPPING),
-                          ("UBEP", UBEP)):
+                          ("UBEP", UBEP), ("UBEP, hop-balanced", UBEP_HOP_BALANCED)):
         out = run(work, variant, params)
         lines[name] = out.worker_us
         rows.append({"variant": name, "max_worker_us": round(max(out.worker_us), 1),
                      "mean_worker_us": round(sum(out.worker_us) / len(out.worker_us), 1),
                      "dispatch_us": round(out.total_us, 1), "paper_max_worker_us": paper[name]})
-    return rows, {"fig10_workers.png": ("workers", lines)}
+    return rows, {"fig10_workers.png": ("workers", lines, "worker (AIV) of the busiest rank")}
 
 
 def fig11_sync(params: SimParams) -> tuple[list[dict], dict]:
@@ -142,7 +143,7 @@ def fig11_sync(params: SimParams) -> tuple[list[dict], dict]:
             rows.append({"ranks": ranks, "granularity_kib": kib,
                          **{f"{m}_us": round(t, 2) for m, t in times.items()},
                          "best_gain_pct": _gain(times["sw"], min(times[m] for m in MODES[1:]))})
-    return rows, {"fig11_sync.png": ("curves", curves)}
+    return rows, {"fig11_sync.png": ("curves", curves, "bytes per (source, destination) stream (KiB)")}
 
 
 def fig8_scaling(params: SimParams) -> tuple[list[dict], dict]:
@@ -158,7 +159,7 @@ def fig8_scaling(params: SimParams) -> tuple[list[dict], dict]:
                      "ubep_us": round(ours.total_us, 1), "gain_pct": _gain(base.total_us, ours.total_us)})
         for name, out in (("CANN EP", base), ("UBEP", ours)):
             curves.setdefault(f"sweep over {axis}", {}).setdefault(name, []).append((x, out.total_us))
-    return rows, {"fig8_scaling.png": ("curves", curves)}
+    return rows, {"fig8_scaling.png": ("curves", curves, "tokens per rank (left), ranks (right)")}
 
 
 def fig15_split(params: SimParams) -> tuple[list[dict], dict]:
@@ -175,7 +176,7 @@ def fig15_split(params: SimParams) -> tuple[list[dict], dict]:
                          "tuning_n_count": picked, "sim_best_us": round(sweep[best], 1),
                          **{f"n{n}_us": round(t, 1) for n, t in sweep.items()}})
             curves.setdefault(f"{ranks} ranks", {})[f"BS {tokens}"] = sorted(sweep.items())
-    return rows, {"fig15_split.png": ("curves", curves)}
+    return rows, {"fig15_split.png": ("curves", curves, "workers in the count group")}
 
 
 SCENARIOS: dict[str, Callable[[SimParams], tuple[list[dict], dict]]] = {

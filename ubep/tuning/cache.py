@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from ubep.checks import check_int
 from ubep.topology import Topology
-from ubep.tuning.model import DispatchShape, check_int
+from ubep.tuning.model import DispatchShape
 from ubep.tuning.params import CostParams
 from ubep.tuning.split import Split, best_split
 

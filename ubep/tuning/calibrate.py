@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ubep.checks import check_int
 from ubep.topology import Topology
 from ubep.tuning.model import (
     DispatchShape,
     Traffic,
-    check_int,
     count_group_ns,
     reorder_tail_ns,
     token_group_ns,

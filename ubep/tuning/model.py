@@ -27,15 +27,9 @@ from fractions import Fraction
 
 import torch
 
+from ubep.checks import check_int
 from ubep.topology import Topology
 from ubep.tuning.params import CostParams
-
-
-def check_int(name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
 
 
 @dataclass(frozen=True, kw_only=True)

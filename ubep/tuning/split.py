@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ubep.checks import check_int
 from ubep.topology import Topology
 from ubep.tuning.model import (
     DispatchShape,
     Traffic,
-    check_int,
     count_group_ns,
     per_copy_ns,
     reorder_tail_ns,
