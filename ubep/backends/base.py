@@ -50,38 +50,22 @@ class WireStats:
 class Handle:
     """Everything a dispatch learned about routing; combine and backward reuse it without new counts.
 
-    Source side (this rank's own tokens, ``T = num_tokens``):
-    - ``topk_weights``: ``[T, K]`` fp32, the gate weights as passed to dispatch (autograd-connected);
-    - ``send_token_idx``: ``[S]`` int64, tokens in wire order (destination rank, then token);
-      ``send_counts[r]`` of them go to rank ``r``;
-    - ``return_slots``: ``[P]`` int64, flat ``t * K + k`` slot of each pair that comes back in combine,
-      in wire order; ``return_counts[r]`` of them come from rank ``r``.
-
-    Destination side (``N`` received tokens, grouped by source rank, token order kept):
-    - ``recv_counts[s]``: tokens received from source ``s``;
-    - ``recv_rows``: ``[N, K]`` int64, receive row of each of the token's pairs held here, else ``-1``;
-    - ``recv_pair_weights``: ``[N, K]`` fp32, the matching gate weights;
-    - ``recv_pair_counts[s]``: pairs received from source ``s``;
+    - ``num_tokens``: ``T``, this rank's tokens; ``topk_weights``: ``[T, K]`` fp32, the gate weights
+      as passed to dispatch (autograd-connected);
     - ``row_weights``: ``[num_rows]`` fp32, gate weight per receive row (0 on padding rows);
     - ``tokens_per_expert``: ``[E_local]`` int64; ``num_rows``: rows of the flat receive buffer
-      (``sum(tokens_per_expert)`` in the compact layout, ``E_local * capacity`` in the padded one).
+      (``sum(tokens_per_expert)`` in the compact layout, ``E_local * capacity`` in the padded one);
+    - ``routes``: the backend's own record of where rows came from and go back to.
     """
 
     config: EPConfig
     num_tokens: int
     topk_weights: torch.Tensor
-    send_token_idx: torch.Tensor
-    send_counts: tuple[int, ...]
-    return_slots: torch.Tensor
-    return_counts: tuple[int, ...]
-    recv_counts: tuple[int, ...]
-    recv_rows: torch.Tensor
-    recv_pair_weights: torch.Tensor
-    recv_pair_counts: tuple[int, ...]
     row_weights: torch.Tensor
     tokens_per_expert: torch.Tensor
     num_rows: int
     wire: WireStats
+    routes: object
 
     def rows_shape(self, *trailing: int) -> tuple[int, ...]:
         """Shape of a receive-side tensor in this handle's layout, e.g. ``rows_shape(H)``."""

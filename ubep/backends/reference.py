@@ -12,6 +12,7 @@ rank and the phase, so a peer that failed before communicating never leaves this
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
@@ -20,6 +21,29 @@ import torch.distributed as dist
 from ubep import layout
 from ubep.backends.base import Backend, EPCommError, Handle, WireStats
 from ubep.reduce import ordered_sum
+
+
+@dataclass(frozen=True, eq=False)
+class Routes:
+    """Where the reference backend's rows went, kept in the :class:`Handle`.
+
+    Source side: ``send_token_idx`` ``[S]`` int64, tokens in wire order (destination rank, then
+    token), ``send_counts[r]`` of them to rank ``r``; ``return_slots`` ``[P]`` int64, the flat
+    ``t * K + k`` slot of each pair that comes back in combine, ``return_counts[r]`` from rank ``r``.
+    Destination side (``N`` received tokens, grouped by source rank, token order kept):
+    ``recv_counts[s]`` tokens and ``recv_pair_counts[s]`` pairs from source ``s``; ``recv_rows``
+    ``[N, K]`` int64, the receive row of each pair held here, else ``-1``; ``recv_pair_weights``
+    ``[N, K]`` fp32, the matching gate weights.
+    """
+
+    send_token_idx: torch.Tensor
+    send_counts: tuple[int, ...]
+    return_slots: torch.Tensor
+    return_counts: tuple[int, ...]
+    recv_counts: tuple[int, ...]
+    recv_rows: torch.Tensor
+    recv_pair_weights: torch.Tensor
+    recv_pair_counts: tuple[int, ...]
 
 
 class ReferenceBackend(Backend):
@@ -128,35 +152,22 @@ class ReferenceBackend(Backend):
             route_bytes=remote_tokens * 2 * top_k * 4,
             count_bytes=(world - 1) * (cfg.num_experts + world) * 8,
         )
-        return Handle(
-            config=cfg,
-            num_tokens=x_TH.shape[0],
-            topk_weights=topk_weights_TK,
-            send_token_idx=send_token_idx,
-            send_counts=send_counts,
-            return_slots=return_slots,
-            return_counts=return_counts,
-            recv_counts=recv_counts,
-            recv_rows=recv_rows,
-            recv_pair_weights=recv_pair_weights,
-            recv_pair_counts=recv_pair_counts,
-            row_weights=row_weights,
-            tokens_per_expert=tokens_per_expert,
-            num_rows=num_rows,
-            wire=wire,
-        )
+        routes = Routes(send_token_idx, send_counts, return_slots, return_counts, recv_counts,
+                        recv_rows, recv_pair_weights, recv_pair_counts)
+        return Handle(cfg, x_TH.shape[0], topk_weights_TK, row_weights, tokens_per_expert, num_rows,
+                      wire, routes)
 
     def dispatch_like(self, x_TH, handle):
         with self.timer.phase("dispatch: token send"):
             recv_NH = self._all_to_all(
-                x_TH[handle.send_token_idx], handle.send_counts, handle.recv_counts,
+                x_TH[handle.routes.send_token_idx], handle.routes.send_counts, handle.routes.recv_counts,
                 "dispatch: token send",
             )
         with self.timer.phase("dispatch: reorder"):
-            valid_NK = handle.recv_rows >= 0
+            valid_NK = handle.routes.recv_rows >= 0
             token_of_pair = valid_NK.nonzero(as_tuple=True)[0]
             out = x_TH.new_zeros(handle.num_rows, x_TH.shape[1])
-            out[handle.recv_rows[valid_NK]] = recv_NH[token_of_pair]
+            out[handle.routes.recv_rows[valid_NK]] = recv_NH[token_of_pair]
         return out.view(handle.rows_shape(x_TH.shape[1]))
 
     # -- combine ---------------------------------------------------------------------------------
@@ -164,20 +175,20 @@ class ReferenceBackend(Backend):
     def combine(self, expert_out, handle, reduce, weighted):
         hidden = expert_out.shape[-1]
         rows_RH = expert_out.reshape(handle.num_rows, hidden)
-        valid_NK = handle.recv_rows >= 0
+        valid_NK = handle.routes.recv_rows >= 0
         if reduce == "source":
             with self.timer.phase("combine: send"):
                 back_PH = self._all_to_all(
-                    rows_RH[handle.recv_rows[valid_NK]], handle.recv_pair_counts,
-                    handle.return_counts, "combine: send",
+                    rows_RH[handle.routes.recv_rows[valid_NK]], handle.routes.recv_pair_counts,
+                    handle.routes.return_counts, "combine: send",
                 )
             with self.timer.phase("combine: reduce"):
                 top_k = self.config.top_k
                 contrib = rows_RH.new_zeros(handle.num_tokens * top_k, hidden)
-                contrib[handle.return_slots] = back_PH
+                contrib[handle.routes.return_slots] = back_PH
                 valid = torch.zeros(handle.num_tokens * top_k, dtype=torch.bool,
                                     device=rows_RH.device)
-                valid[handle.return_slots] = True
+                valid[handle.routes.return_slots] = True
                 weights = handle.topk_weights.detach().float() if weighted else None
                 y = ordered_sum(
                     contrib.view(handle.num_tokens, top_k, hidden),
@@ -186,32 +197,32 @@ class ReferenceBackend(Backend):
             return y.to(expert_out.dtype)
         with self.timer.phase("combine: local reduce"):
             # One gather [N, K, H]; slots of pairs held elsewhere read row 0 and are masked out.
-            contrib_NKH = (rows_RH[handle.recv_rows.clamp(min=0)] if handle.num_rows
-                           else rows_RH.new_zeros(*handle.recv_rows.shape, hidden))
-            weights = handle.recv_pair_weights if weighted else None
+            contrib_NKH = (rows_RH[handle.routes.recv_rows.clamp(min=0)] if handle.num_rows
+                           else rows_RH.new_zeros(*handle.routes.recv_rows.shape, hidden))
+            weights = handle.routes.recv_pair_weights if weighted else None
             partial_NH = ordered_sum(contrib_NKH, valid_NK, weights).to(expert_out.dtype)
         with self.timer.phase("combine: send"):
             back_SH = self._all_to_all(
-                partial_NH, handle.recv_counts, handle.send_counts, "combine: send"
+                partial_NH, handle.routes.recv_counts, handle.routes.send_counts, "combine: send"
             )
         with self.timer.phase("combine: reduce"):
             acc = torch.zeros(handle.num_tokens, hidden, dtype=torch.float32,
                               device=rows_RH.device)
             start = 0
-            for count in handle.send_counts:  # ascending source-of-partial rank
-                idx = handle.send_token_idx[start : start + count]
+            for count in handle.routes.send_counts:  # ascending source-of-partial rank
+                idx = handle.routes.send_token_idx[start : start + count]
                 acc[idx] = acc[idx] + back_SH[start : start + count].float()
                 start += count
         return acc.to(expert_out.dtype)
 
     def return_pair_values(self, values_R, handle):
-        valid_NK = handle.recv_rows >= 0
+        valid_NK = handle.routes.recv_rows >= 0
         with self.timer.phase("combine: send"):
             back_P = self._all_to_all(
-                values_R.float()[handle.recv_rows[valid_NK]], handle.recv_pair_counts,
-                handle.return_counts, "combine: send",
+                values_R.float()[handle.routes.recv_rows[valid_NK]], handle.routes.recv_pair_counts,
+                handle.routes.return_counts, "combine: send",
             )
         out = torch.zeros(handle.num_tokens * self.config.top_k, dtype=torch.float32,
                           device=values_R.device)
-        out[handle.return_slots] = back_P
+        out[handle.routes.return_slots] = back_P
         return out.view(handle.num_tokens, self.config.top_k)
