@@ -2,7 +2,8 @@
 
     python benchmarks/bench_ep.py --out bench-out            # every visible GPU, default shapes
 
-One run measures, per routing case: the ubep backends (dispatch, combine with each reduction), NCCL's
+One run measures, per routing case: the ubep backends (reference on NCCL, cuda on NVLink symmetric
+memory; dispatch, combine with each reduction), NCCL's
 ``all_to_all_single`` sending every (token, expert) pair (the naive per-expert all-to-all), and once
 per run a large peer-to-peer copy between GPU 0 and GPU 1 as the link ceiling. Times come from CUDA
 events after a warm-up; each figure is the median over the iterations with the min-max spread, on
@@ -79,15 +80,16 @@ def bench_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
             x = origin_tokens(rank, tokens, args.hidden, torch.bfloat16).to(dev)
             w = origin_weights(rank, tokens, args.top_k).to(dev)
             case = {"tokens": tokens, "maxvio": maxvio}
-            for layout in args.layouts:
+            wire = None
+            for backend, layout in [(b, lay) for b in args.backends for lay in args.layouts]:
                 if layout == "padded" and tokens > PADDED_MAX_TOKENS:
                     continue
                 buf = ubep.Buffer(hidden=args.hidden, num_experts=args.experts, top_k=args.top_k,
                                   max_tokens_per_rank=tokens, dtype=torch.bfloat16,
-                                  backend="reference", layout=layout, check_inputs=False)
+                                  backend=backend, layout=layout, check_inputs=False)
                 res = buf.dispatch(x, idx, w)
-                wire = res.handle.wire
-                name = f"reference/{layout}"
+                wire = res.handle.wire or wire  # the CUDA backend does not count (no host sync)
+                name = f"{backend}/{layout}"
                 rows.append({**case, "what": f"{name} dispatch", "bytes": wire.total_bytes,
                              "us": _time(lambda b=buf, x=x, i=idx, w=w: b.dispatch(x, i, w),
                                          args.iters, args.warmup)})
@@ -154,6 +156,8 @@ def main() -> int:
     p.add_argument("--experts", type=int, default=256)
     p.add_argument("--top-k", type=int, default=8)
     p.add_argument("--layouts", nargs="+", default=["compact", "padded"])
+    p.add_argument("--backends", nargs="+", default=["reference", "cuda"],
+                   help="the reference comes first: its handle counts the bytes")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("bench-out"))

@@ -30,6 +30,7 @@ class Case:
     seed: int = 0
     grads: bool = True
     max_tokens: int = 0  # 0: max(tokens)
+    backend: str = "reference"
 
 
 def case_inputs(case: Case, rank: int):
@@ -87,7 +88,7 @@ def run_case(rank: int, world_size: int, case: Case) -> dict:
     max_tokens = case.max_tokens or max(max(case.tokens), 1)
     buf = ubep.Buffer(hidden=case.hidden, num_experts=case.num_experts, top_k=case.top_k,
                       max_tokens_per_rank=max_tokens, dtype=dtype, layout=case.layout,
-                      profile=True, timeout_s=60)
+                      profile=True, timeout_s=60, backend=case.backend)
     cfg = buf.config
     x, idx, w = (t.to(buf.device) for t in inputs[rank])
     x = x.clone().requires_grad_(case.grads)

@@ -16,7 +16,7 @@ from ubep.backends.base import Backend, Handle
 from ubep.backends.reference import ReferenceBackend
 from ubep.config import REDUCTIONS, EPConfig
 
-BACKENDS = ("auto", "reference")
+BACKENDS = ("auto", "reference", "cuda")
 _DEVICE_OF_PG_BACKEND = {"gloo": "cpu", "nccl": "cuda", "hccl": "npu"}
 
 
@@ -52,6 +52,19 @@ def _device_of(group: dist.ProcessGroup | None) -> torch.device:
     return torch.device(kind, getattr(torch, kind).current_device())
 
 
+def _make_backend(name: str, config: EPConfig, group, device: torch.device) -> Backend:
+    """``auto`` is the reference backend until the CUDA one is measured faster everywhere."""
+    if name == "cuda":
+        if device.type != "cuda":
+            raise ValueError(f"backend='cuda' needs CUDA tensors, but the buffer's device is {device}")
+        try:
+            from ubep.backends.cuda import CudaBackend
+        except ImportError as err:
+            raise ValueError(f"backend='cuda' needs Triton and torch symmetric memory: {err}") from err
+        return CudaBackend(config, group, device)
+    return ReferenceBackend(config, group, device)
+
+
 class Buffer:
     """Expert-parallel dispatch and combine over the ranks of ``group``.
 
@@ -62,7 +75,8 @@ class Buffer:
         top_k: ``K``, experts per token.
         max_tokens_per_rank: most tokens any rank passes to one dispatch.
         dtype: dtype of ``x`` (bf16, fp16 or fp32).
-        backend: ``"auto"`` or ``"reference"`` (torch.distributed collectives).
+        backend: ``"reference"`` (torch.distributed collectives), ``"cuda"`` (NVLink symmetric
+            memory, one node) or ``"auto"`` (the reference, for now).
         layout: ``"compact"`` (prefill, training) or ``"padded"`` (decode, fixed shapes).
         device: where tensors live; by default derived from the group (gloo: CPU, NCCL: CUDA).
         timeout_s: how long any collective may wait for peers before raising ``EPCommError``.
@@ -104,7 +118,7 @@ class Buffer:
             check_inputs=check_inputs,
         )
         self.device = torch.device(device) if device is not None else _device_of(group)
-        self._backend: Backend = ReferenceBackend(self.config, group, self.device)
+        self._backend: Backend = _make_backend(backend, self.config, group, self.device)
         self._backend.timer.enabled = profile
 
     @property

@@ -2,6 +2,8 @@
 
 Nothing here touches a process group or a device stream: every function maps tensors to tensors, so
 the reference backend, the device kernels and the tests share one definition of where each row goes.
+Except ``send_order`` and ``return_slots`` (which size their outputs), no function reads a device
+value back to the host, so a device backend can run them inside a CUDA graph.
 
 Vocabulary (all shapes per source rank ``s``):
 - ``topk_idx_TK``: ``[T, K]`` int, global expert ids, ``-1`` = no expert.
@@ -21,10 +23,17 @@ from __future__ import annotations
 import torch
 
 
+def _histogram(key: torch.Tensor, bins: int) -> torch.Tensor:
+    """``[bins]`` int64 counts of ``key`` values in ``[0, bins)``, without a host synchronization
+    (``torch.bincount`` reads the maximum back on CUDA)."""
+    return torch.zeros(bins, dtype=torch.int64, device=key.device).scatter_add_(
+        0, key, torch.ones_like(key))
+
+
 def expert_counts(topk_idx_TK: torch.Tensor, num_experts: int) -> torch.Tensor:
     """Pairs per expert, ``[E]`` int64. Example: ``[1, 2, 1, 1]``."""
-    valid = topk_idx_TK[topk_idx_TK >= 0].long()
-    return torch.bincount(valid, minlength=num_experts)
+    flat = topk_idx_TK.reshape(-1).long()
+    return _histogram(torch.where(flat >= 0, flat, num_experts), num_experts + 1)[:num_experts]
 
 
 def dest_rank(topk_idx_TK: torch.Tensor, num_local_experts: int) -> torch.Tensor:
@@ -82,7 +91,7 @@ def local_order(topk_idx_TK: torch.Tensor, num_experts: int) -> torch.Tensor:
     flat = topk_idx_TK.reshape(-1).long()
     key = torch.where(flat >= 0, flat, num_experts)
     order = torch.argsort(key, stable=True)
-    counts = torch.bincount(key, minlength=num_experts + 1)
+    counts = _histogram(key, num_experts + 1)
     group_start = torch.cumsum(counts, 0) - counts
     rank_in_group = torch.empty_like(flat)
     rank_in_group[order] = torch.arange(flat.numel(), device=flat.device) - group_start[key[order]]

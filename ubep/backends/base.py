@@ -55,6 +55,8 @@ class Handle:
     - ``row_weights``: ``[num_rows]`` fp32, gate weight per receive row (0 on padding rows);
     - ``tokens_per_expert``: ``[E_local]`` int64; ``num_rows``: rows of the flat receive buffer
       (``sum(tokens_per_expert)`` in the compact layout, ``E_local * capacity`` in the padded one);
+    - ``wire``: bytes this rank put on the wire, or ``None`` where counting them would cost a host
+      synchronization the backend otherwise avoids;
     - ``routes``: the backend's own record of where rows came from and go back to.
     """
 
@@ -64,7 +66,7 @@ class Handle:
     row_weights: torch.Tensor
     tokens_per_expert: torch.Tensor
     num_rows: int
-    wire: WireStats
+    wire: WireStats | None
     routes: object
 
     def rows_shape(self, *trailing: int) -> tuple[int, ...]:

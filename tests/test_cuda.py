@@ -1,0 +1,27 @@
+"""GPU backends against the CPU oracle, bit for bit (skipped without two CUDA devices).
+
+The cases are the CPU matrix's: the reference backend on NCCL, and the CUDA backend on NVLink
+symmetric memory. Both must give the oracle's bits, which also shows that the reduction contract
+(separate fp32 multiply and add, ascending k) holds on the GPU.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+from tests.test_dispatch_combine import cases_for
+from tests.workers import run_cases
+from ubep.launch import run_ranks
+
+pytestmark = pytest.mark.cuda
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+WORLDS = [w for w in (2, 4, 8) if w <= max(GPUS, 2)]
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")
+@pytest.mark.parametrize("backend", ["reference", "cuda"])
+@pytest.mark.parametrize("world", WORLDS)
+def test_matches_oracle(world, backend):
+    cases = [dataclasses.replace(c, backend=backend) for c in cases_for(world)]
+    run_ranks(run_cases, world, cases, pg_backend="nccl", timeout_s=600)
