@@ -102,8 +102,8 @@ class CudaBackend(Backend):
             weights_WTK = topk_weights_TK.detach().float().unsqueeze(0).expand(w, -1, -1)
             route = torch.cat([rows_WTK.int(), weights_WTK.view(torch.int32)], dim=2)
             sent_WT = (rows_WTK >= 0).any(dim=2)
-            self._put_token_grid(route.reshape(w * num_tokens, -1), self.stage_route, num_tokens,
-                                 sent_WT=None)
+            self._put_token_grid(route.reshape(w * num_tokens, 2 * cfg.top_k), self.stage_route,
+                                 num_tokens, sent_WT=None)
         tokens_per_expert = count_matrix_WE.sum(0)[cfg.local_experts.start : cfg.local_experts.stop]
         num_rows = (cfg.num_local_experts * cfg.expert_capacity if capacity
                     else int(tokens_per_expert.sum()))
