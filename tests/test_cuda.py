@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.test_dispatch_combine import cases_for
-from tests.workers import run_cases
+from tests.workers import graph_replay_case, run_cases
 from ubep.launch import run_ranks
 
 pytestmark = pytest.mark.cuda
@@ -25,3 +25,8 @@ WORLDS = [w for w in (2, 4, 8) if w <= max(GPUS, 2)]
 def test_matches_oracle(world, backend):
     cases = [dataclasses.replace(c, backend=backend) for c in cases_for(world)]
     run_ranks(run_cases, world, cases, pg_backend="nccl", timeout_s=600)
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")
+def test_padded_layout_replays_in_a_cuda_graph():
+    run_ranks(graph_replay_case, 2, pg_backend="nccl", timeout_s=300)

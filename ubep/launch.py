@@ -48,9 +48,10 @@ def _rank_main(fn, rank, world_size, args, port, pg_backend, pg_timeout_s, threa
     if pg_backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
     try:
+        device_id = torch.device("cuda", torch.cuda.current_device()) if pg_backend == "nccl" else None
         dist.init_process_group(
             pg_backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-            world_size=world_size, timeout=timedelta(seconds=pg_timeout_s),
+            world_size=world_size, timeout=timedelta(seconds=pg_timeout_s), device_id=device_id,
         )
         value = fn(rank, world_size, *args)
         results.put((rank, value))

@@ -3,6 +3,8 @@ each rank able to write any peer's copy directly over NVLink (torch symmetric me
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.distributed as dist
 import torch.distributed._symmetric_memory as symm_mem
@@ -37,7 +39,11 @@ class SymmetricBuffer:
 
 
 def enable_for(group: dist.ProcessGroup) -> None:
-    """Older torch releases need symmetric memory switched on per group; newer ones need nothing."""
+    """Older torch releases need symmetric memory switched on per group; newer ones only warn that
+    the call is no longer needed."""
     enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
-    if enable is not None and not symm_mem.is_symm_mem_enabled_for_group(group.group_name):
-        enable(group.group_name)
+    if enable is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            enable(group.group_name)
