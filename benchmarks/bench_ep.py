@@ -99,8 +99,36 @@ def bench_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
                     rows.append({**case, "what": f"{name} combine {reduce}", "bytes": out_bytes,
                                  "us": _time(lambda b=buf, r=res, red=reduce: b.combine(
                                      r.recv_x, r.handle, reduce=red), args.iters, args.warmup)})
+                if (backend, layout) == ("cuda", "padded"):
+                    rows += _graph_rows(buf, x, idx, w, case, wire, args)
             rows.append({**case, "what": "nccl a2a per expert", "bytes": wire.naive_token_bytes,
                          "us": _naive_a2a(x, idx, args, world)})
+    return rows
+
+
+def _graphed(fn):
+    """``(graph, output)``: ``fn`` warmed up on a side stream, then captured in a CUDA graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
+def _graph_rows(buf, x, idx, w, case: dict, wire, args) -> list[dict]:
+    """The padded layout's dispatch and combines timed as CUDA-graph replays (no launch cost)."""
+    dispatch_graph, res = _graphed(lambda: buf.dispatch(x, idx, w))
+    rows = [{**case, "what": "cuda/padded graph dispatch", "bytes": wire.total_bytes,
+             "us": _time(dispatch_graph.replay, args.iters, args.warmup)}]
+    for reduce in ("source", "expert_rank"):
+        graph, _ = _graphed(lambda red=reduce: buf.combine(res.recv_x, res.handle, reduce=red))
+        out_bytes = (wire.pairs_sent if reduce == "source" else wire.tokens_sent) * args.hidden * 2
+        rows.append({**case, "what": f"cuda/padded graph combine {reduce}", "bytes": out_bytes,
+                     "us": _time(graph.replay, args.iters, args.warmup)})
     return rows
 
 
