@@ -125,6 +125,11 @@ class Buffer:
     def backend_name(self) -> str:
         return self._backend.name
 
+    @property
+    def symmetric_memory_bytes(self) -> int:
+        """Symmetric (peer-writable) memory this rank's backend allocated; 0 for the reference."""
+        return getattr(self._backend, "symmetric_bytes", 0)
+
     def phase_times(self) -> dict[str, list[float]]:
         """Recorded per-phase durations in µs (empty unless ``profile=True``)."""
         return self._backend.timer.samples()
