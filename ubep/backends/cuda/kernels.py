@@ -15,6 +15,15 @@ BLOCK_BYTES = 4096  # bytes of a row one program moves per step (16-byte vector 
 
 
 @triton.jit
+def _move_row(src, dst, row_elems: tl.constexpr, BLOCK: tl.constexpr):
+    """Copy ``row_elems`` elements from ``src`` to ``dst`` in ``BLOCK``-element steps."""
+    offs = tl.arange(0, BLOCK)
+    for start in range(0, row_elems, BLOCK):
+        mask = start + offs < row_elems
+        tl.store(dst + start + offs, tl.load(src + start + offs, mask=mask), mask=mask)
+
+
+@triton.jit
 def _put_rows(src_ptr, src_row_ptr, dst_ptrs_ptr, dst_rank_ptr, dst_row_ptr, num_items,
               row_elems: tl.constexpr, BLOCK: tl.constexpr):
     """Item ``i``: copy row ``src_row[i]`` of ``src`` to row ``dst_row[i]`` of rank ``dst_rank[i]``'s
@@ -26,11 +35,12 @@ def _put_rows(src_ptr, src_row_ptr, dst_ptrs_ptr, dst_rank_ptr, dst_row_ptr, num
             src_row = tl.load(src_row_ptr + item).to(tl.int64)
             dst_row = tl.load(dst_row_ptr + item).to(tl.int64)
             dst = tl.load(dst_ptrs_ptr + rank).to(tl.pointer_type(src_ptr.dtype.element_ty))
-            offs = tl.arange(0, BLOCK)
-            for start in range(0, row_elems, BLOCK):
-                mask = start + offs < row_elems
-                v = tl.load(src_ptr + src_row * row_elems + start + offs, mask=mask)
-                tl.store(dst + dst_row * row_elems + start + offs, v, mask=mask)
+            _move_row(src_ptr + src_row * row_elems, dst + dst_row * row_elems, row_elems, BLOCK)
+
+
+def _block(src_RF: torch.Tensor) -> int:
+    """Elements a program moves per step: the row, up to ``BLOCK_BYTES``."""
+    return min(triton.next_power_of_2(src_RF.shape[1]), max(16, BLOCK_BYTES // src_RF.element_size()))
 
 
 def put_rows(src_RF: torch.Tensor, src_row_I: torch.Tensor, dst_ptrs_W: torch.Tensor,
@@ -45,8 +55,7 @@ def put_rows(src_RF: torch.Tensor, src_row_I: torch.Tensor, dst_ptrs_W: torch.Te
     num_items = src_row_I.numel()
     if num_items == 0:
         return
-    row_elems = src_RF.shape[1]
-    block = min(triton.next_power_of_2(row_elems), max(16, BLOCK_BYTES // src_RF.element_size()))
+    row_elems, block = src_RF.shape[1], _block(src_RF)
     _put_rows[(num_items,)](src_RF, src_row_I, dst_ptrs_W, dst_rank_I, dst_row_I, num_items,
                             row_elems, BLOCK=block)
 
@@ -60,11 +69,7 @@ def _copy_rows(src_ptr, src_row_ptr, out_ptr, out_row_ptr, num_items, row_elems:
         out_row = tl.load(out_row_ptr + item).to(tl.int64)
         if out_row >= 0:
             src_row = tl.load(src_row_ptr + item).to(tl.int64)
-            offs = tl.arange(0, BLOCK)
-            for start in range(0, row_elems, BLOCK):
-                mask = start + offs < row_elems
-                v = tl.load(src_ptr + src_row * row_elems + start + offs, mask=mask)
-                tl.store(out_ptr + out_row * row_elems + start + offs, v, mask=mask)
+            _move_row(src_ptr + src_row * row_elems, out_ptr + out_row * row_elems, row_elems, BLOCK)
 
 
 def copy_rows(src_RF: torch.Tensor, src_row_I: torch.Tensor, out_RF: torch.Tensor,
@@ -74,6 +79,5 @@ def copy_rows(src_RF: torch.Tensor, src_row_I: torch.Tensor, out_RF: torch.Tenso
     num_items = src_row_I.numel()
     if num_items == 0:
         return
-    row_elems = src_RF.shape[1]
-    block = min(triton.next_power_of_2(row_elems), max(16, BLOCK_BYTES // src_RF.element_size()))
+    row_elems, block = src_RF.shape[1], _block(src_RF)
     _copy_rows[(num_items,)](src_RF, src_row_I, out_RF, out_row_I, num_items, row_elems, BLOCK=block)
