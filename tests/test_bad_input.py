@@ -81,6 +81,20 @@ def test_combine_rejects(buf, single_rank_group):
             call()
 
 
+def test_cuda_backend_limits_are_checked_first(single_rank_group):
+    common = {"num_experts": E, "top_k": K, "max_tokens_per_rank": T}
+    with pytest.raises(ValueError, match="hidden must be a multiple of 8 for backend='cuda', got 20"):
+        ubep.Buffer(single_rank_group, hidden=20, backend="cuda", **common)
+    with pytest.raises(ValueError, match="top_k must be <= 16"):
+        ubep.Buffer(single_rank_group, hidden=H, backend="cuda", num_experts=32, top_k=17,
+                    max_tokens_per_rank=T)
+    with pytest.raises(ValueError, match="num_experts must be <= 1024"):
+        ubep.Buffer(single_rank_group, hidden=H, backend="cuda", num_experts=2048, top_k=K,
+                    max_tokens_per_rank=T)
+    with pytest.raises(ValueError, match="needs CUDA tensors"):
+        ubep.Buffer(single_rank_group, hidden=H, backend="cuda", **common)
+
+
 def test_buffer_rejects(single_rank_group):
     common = {"hidden": H, "num_experts": E, "top_k": K, "max_tokens_per_rank": T}
     with pytest.raises(ValueError, match="backend must be one of"):

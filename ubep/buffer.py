@@ -55,6 +55,15 @@ def _device_of(group: dist.ProcessGroup | None) -> torch.device:
 def _make_backend(name: str, config: EPConfig, group, device: torch.device) -> Backend:
     """``auto`` is the reference backend until the CUDA one is measured faster everywhere."""
     if name == "cuda":
+        # The kernels' limits: rows moved in 16-byte pieces, routing rows of 2K int32 words,
+        # expert counts that one program holds.
+        if config.hidden % 8:
+            raise ValueError(f"hidden must be a multiple of 8 for backend='cuda', got {config.hidden}")
+        if config.top_k > 16:
+            raise ValueError(f"top_k must be <= 16 for backend='cuda', got {config.top_k}")
+        if config.num_experts > 1024:
+            raise ValueError(f"num_experts must be <= 1024 for backend='cuda', got "
+                             f"{config.num_experts}")
         if device.type != "cuda":
             raise ValueError(f"backend='cuda' needs CUDA tensors, but the buffer's device is {device}")
         try:

@@ -18,6 +18,30 @@ def _positive(text: str) -> int:
     return value
 
 
+def _shape_options(parser: argparse.ArgumentParser, tokens: int) -> None:
+    """The layer's shape and the library's policy, shared by ``demo`` and ``profile``."""
+    parser.add_argument("--ranks", type=_positive, default=4, help="number of ranks W")
+    parser.add_argument("--tokens", type=_positive, default=tokens, help="tokens per rank")
+    parser.add_argument("--hidden", type=_positive, default=1024, help="hidden size H")
+    parser.add_argument("--experts", type=_positive, default=64,
+                        help="number of experts E (a multiple of --ranks)")
+    parser.add_argument("--top-k", type=_positive, default=8, help="experts per token K")
+    parser.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default="bf16",
+                        help="dtype of the tokens on the wire")
+    parser.add_argument("--layout", choices=LAYOUTS, default="compact",
+                        help="dispatch output layout")
+    parser.add_argument("--reduce", choices=REDUCTIONS, default="source",
+                        help="where combine sums the top-k outputs")
+    parser.add_argument("--backend", choices=BACKENDS, default="auto", help="ubep backend")
+
+
+def _check_shape(args: argparse.Namespace) -> None:
+    if args.experts % args.ranks:
+        _parser().error(f"--experts {args.experts} must be a multiple of --ranks {args.ranks}")
+    if args.top_k > args.experts:
+        _parser().error(f"--top-k {args.top_k} must be <= --experts {args.experts}")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ubep", description="Deterministic expert-parallel dispatch and combine for MoE.")
@@ -29,23 +53,23 @@ def _parser() -> argparse.ArgumentParser:
         "router, one SwiGLU expert per expert) with ubep dispatch -> experts -> combine, forward "
         "and backward, check outputs and gradients against the same layer computed in one "
         "process, and report bytes on the wire and per-phase times.")
-    demo.add_argument("--ranks", type=_positive, default=4, help="number of ranks W")
-    demo.add_argument("--tokens", type=_positive, default=256, help="tokens per rank")
-    demo.add_argument("--hidden", type=_positive, default=1024, help="hidden size H")
-    demo.add_argument("--experts", type=_positive, default=64,
-                      help="number of experts E (a multiple of --ranks)")
-    demo.add_argument("--top-k", type=_positive, default=8, help="experts per token K")
+    _shape_options(demo, tokens=256)
     demo.add_argument("--intermediate", type=_positive, default=256,
                       help="SwiGLU intermediate size per expert")
-    demo.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default="bf16",
-                      help="dtype of the tokens on the wire (the experts compute in fp32)")
-    demo.add_argument("--layout", choices=LAYOUTS, default="compact",
-                      help="dispatch output layout")
-    demo.add_argument("--reduce", choices=REDUCTIONS, default="source",
-                      help="where combine sums the top-k outputs")
-    demo.add_argument("--backend", choices=BACKENDS, default="auto", help="ubep backend")
     demo.add_argument("--iters", type=_positive, default=3, help="steps to time")
     demo.add_argument("--seed", type=int, default=0, help="seed of weights and tokens")
+    prof = sub.add_parser(
+        "profile", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        help="per-phase latency breakdown of dispatch + combine",
+        description="Spawn W ranks (CPU over gloo, or one GPU each over NCCL with --pg nccl), run "
+        "dispatch + combine with per-phase timers on, print the breakdown per rank and write "
+        "breakdown.csv and breakdown.png (stacked bars per phase, one bar per rank).")
+    _shape_options(prof, tokens=256)
+    prof.add_argument("--maxvio", type=float, default=0.0, help="routing skew: max/mean load - 1")
+    prof.add_argument("--iters", type=_positive, default=10, help="timed calls after 2 warm-up")
+    prof.add_argument("--pg", choices=("gloo", "nccl"), default="gloo",
+                      help="process-group backend (nccl: one GPU per rank)")
+    prof.add_argument("--out", default="ubep-profile-out", help="folder for the CSV and PNG")
     sim = sub.add_parser(
         "simulate", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         help="simulate a dispatch on a superpod (UBEP paper scenarios)",
@@ -64,15 +88,23 @@ def main(argv: list[str] | None = None) -> int:
         from ubep.demo import DemoOptions, run_demo
         from ubep.moe import MoEShape
 
+        _check_shape(args)
         shape = MoEShape(hidden=args.hidden, num_experts=args.experts, top_k=args.top_k,
                          intermediate=args.intermediate, dtype=DTYPE_NAMES[args.dtype])
-        if args.experts % args.ranks:
-            _parser().error(f"--experts {args.experts} must be a multiple of --ranks {args.ranks}")
-        if args.top_k > args.experts:
-            _parser().error(f"--top-k {args.top_k} must be <= --experts {args.experts}")
         return run_demo(DemoOptions(ranks=args.ranks, tokens=args.tokens, shape=shape,
                                     layout=args.layout, backend=args.backend,
                                     reduce=args.reduce, iters=args.iters, seed=args.seed))
+    if args.command == "profile":
+        from pathlib import Path
+
+        from ubep.breakdown import ProfileOptions, run_profile
+
+        _check_shape(args)
+        return run_profile(ProfileOptions(
+            ranks=args.ranks, tokens=args.tokens, hidden=args.hidden, experts=args.experts,
+            top_k=args.top_k, dtype=DTYPE_NAMES[args.dtype], layout=args.layout,
+            reduce=args.reduce, backend=args.backend, maxvio=args.maxvio, iters=args.iters,
+            pg_backend=args.pg), Path(args.out))
     if args.command == "simulate":
         try:
             from ubep.sim.cli import run_simulate

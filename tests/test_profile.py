@@ -1,0 +1,15 @@
+"""`ubep profile`: per-phase breakdown per rank, CSV and stacked-bar PNG."""
+
+from ubep.cli import main
+
+
+def test_profile_writes_breakdown(tmp_path, capsys):
+    args = ["profile", "--ranks", "2", "--tokens", "16", "--hidden", "40", "--experts", "8",
+            "--top-k", "2", "--iters", "3", "--reduce", "expert_rank", "--out", str(tmp_path)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "rank 1" in out and "combine: local reduce" in out
+    rows = (tmp_path / "breakdown.csv").read_text().splitlines()
+    assert rows[0] == "rank,phase,calls,median_us,min_us,max_us"
+    assert any(r.startswith("1,dispatch: count exchange,3,") for r in rows)
+    assert (tmp_path / "breakdown.png").stat().st_size > 5_000

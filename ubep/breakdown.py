@@ -1,0 +1,113 @@
+"""``ubep profile``: run dispatch and combine on W ranks and report where the time goes, per phase
+and per rank, as a table, a CSV and stacked bars (PNG).
+
+The phases are those each backend records through its ``PhaseTimer`` (``Buffer(profile=True)``):
+for the reference backend, count exchange, route send, token send and reorder for dispatch, and
+send, local reduce and reduce for combine.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ubep.buffer import Buffer
+from ubep.launch import run_ranks
+from ubep.profiling import breakdown_table, median
+from ubep.workloads import origin_tokens, origin_weights, skewed_topk
+
+
+@dataclass(frozen=True)
+class ProfileOptions:
+    ranks: int = 4
+    tokens: int = 256
+    hidden: int = 1024
+    experts: int = 64
+    top_k: int = 8
+    dtype: torch.dtype = torch.bfloat16
+    layout: str = "compact"
+    reduce: str = "source"
+    backend: str = "auto"
+    maxvio: float = 0.0
+    iters: int = 10
+    warmup: int = 2
+    pg_backend: str = "gloo"
+
+
+def profile_rank(rank: int, world_size: int, opts: ProfileOptions) -> dict[str, list[float]]:
+    """Per-phase µs samples of ``opts.iters`` dispatch + combine calls on this rank."""
+    device = torch.device("cuda", torch.cuda.current_device()) if opts.pg_backend == "nccl" \
+        else torch.device("cpu")
+    buf = Buffer(hidden=opts.hidden, num_experts=opts.experts, top_k=opts.top_k,
+                 max_tokens_per_rank=opts.tokens, dtype=opts.dtype, backend=opts.backend,
+                 layout=opts.layout, profile=True, check_inputs=False)
+    gen = torch.Generator().manual_seed(rank)
+    idx = skewed_topk(opts.tokens, opts.experts, opts.top_k, maxvio=opts.maxvio,
+                      generator=gen).to(device)
+    x = origin_tokens(rank, opts.tokens, opts.hidden, opts.dtype).to(device)
+    w = origin_weights(rank, opts.tokens, opts.top_k).to(device)
+    for step in range(opts.warmup + opts.iters):
+        if step == opts.warmup:
+            buf.reset_phase_times()
+        res = buf.dispatch(x, idx, w)
+        buf.combine(res.recv_x, res.handle, reduce=opts.reduce)
+    return buf.phase_times()
+
+
+def write_outputs(per_rank: list[dict[str, list[float]]], steps: int, out: Path,
+                  title: str) -> list[Path]:
+    """``breakdown.csv`` (rank, phase, calls, median, min, max µs) and ``breakdown.png``: one bar per
+    rank, stacked by phase, each segment the phase's median times its calls per step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    phases = list(dict.fromkeys(p for samples in per_rank for p in samples))
+    with open(out / "breakdown.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["rank", "phase", "calls", "median_us", "min_us", "max_us"])
+        for rank, samples in enumerate(per_rank):
+            for phase in phases:
+                v = samples.get(phase, [])
+                if v:
+                    writer.writerow([rank, phase, len(v), round(median(v), 1), round(min(v), 1),
+                                     round(max(v), 1)])
+    fig, ax = plt.subplots(figsize=(1.2 * len(per_rank) + 4, 4))
+    bottom = [0.0] * len(per_rank)
+    for phase in phases:
+        heights = [median(s[phase]) * len(s[phase]) / steps if phase in s else 0.0
+                   for s in per_rank]
+        ax.bar(range(len(per_rank)), heights, bottom=bottom, label=phase)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax.set_xticks(range(len(per_rank)), [f"rank {r}" for r in range(len(per_rank))])
+    ax.set_ylabel("µs per dispatch + combine (median per phase)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(out / "breakdown.png", dpi=110)
+    plt.close(fig)
+    return [out / "breakdown.csv", out / "breakdown.png"]
+
+
+def run_profile(opts: ProfileOptions, out: Path) -> int:
+    start = time.perf_counter()
+    print(f"profiling {opts.iters} dispatch + combine calls on {opts.ranks} ranks "
+          f"({opts.pg_backend}) ...", flush=True)
+    per_rank = run_ranks(profile_rank, opts.ranks, opts, pg_backend=opts.pg_backend,
+                         timeout_s=1800)
+    dt = str(opts.dtype).removeprefix("torch.")
+    title = (f"{opts.ranks} ranks, {opts.tokens} tokens, hidden {opts.hidden}, {opts.experts} "
+             f"experts, top-{opts.top_k}, {dt}, {opts.layout}, reduce={opts.reduce}")
+    print(title)
+    for rank, samples in enumerate(per_rank):
+        print(f"\nrank {rank}")
+        print(breakdown_table(samples))
+    files = write_outputs(per_rank, opts.iters, out, title)
+    print(f"\nwrote {', '.join(map(str, files))} ({time.perf_counter() - start:.1f} s)")
+    return 0
