@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ubep set-up and checks on a CPU machine.
 #   ./build.sh demo [ubep demo options]   install ubep, then run `ubep demo`
-#   ./build.sh test [pytest options]      install ubep with its test extras, lint, run every test
+#   ./build.sh test [pytest options]      install ubep with its test extras, lint, build and test the
+#                                         C++ twin (cmake, ctest), run every Python test
 #   ./build.sh install                    install ubep with its test extras only
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -22,6 +23,9 @@ case "$command" in
     test)
         install "[test]"
         "$PYTHON" -m ruff check ubep tests benchmarks
+        cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > build.log 2>&1 || { cat build.log; exit 1; }
+        cmake --build build -j 2 >> build.log 2>&1 || { cat build.log; exit 1; }
+        (cd build && ctest --output-on-failure)
         exec "$PYTHON" -m pytest -q "$@" ;;
     install) install "[test]" ;;
     *) echo "usage: ./build.sh demo|test|install [options]" >&2; exit 2 ;;

@@ -84,3 +84,12 @@ def test_rows_fill_each_rank_exactly_once(seed):
             keys += [(int(idx[a, b]), s, int(a)) for a, b in zip(t, k, strict=True)]
         assert sorted(rows) == list(range(len(rows)))
         assert [key for _, key in sorted(zip(rows, keys, strict=True))] == sorted(keys)
+
+
+def test_stored_vectors_match_a_fresh_build():
+    from pathlib import Path
+
+    from ubep import layout_vectors
+
+    stored = (Path(__file__).parent / "vectors" / "layout.json").read_text()
+    assert stored == layout_vectors.render()
