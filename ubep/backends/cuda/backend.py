@@ -1,22 +1,24 @@
 """The CUDA backend, first version: one node of W GPUs over NVLink symmetric memory.
 
-Per dispatch (all on the current stream, no host synchronization in the padded layout):
+Per dispatch (all on the current stream, no host synchronization in the padded layout; the kernels
+are in ``dispatch_kernels``):
 
-1. barrier; every rank writes its row of the count matrix (``[E]`` counts and its token count) into
-   every rank's ``meta`` buffer; barrier;
-2. every rank computes, from the full count matrix, the receive row of each of its pairs
-   (``ubep.layout``: the deterministic mapping), then writes, for every token, its routing row
-   (the rows of its pairs held by that rank, or -1, and its gate weights) into every rank's staging
-   area, and the token itself once into each rank that holds one of its experts (relay);
+1. barrier; ``count_and_order`` counts the pairs per expert, orders each expert's pairs, and writes
+   this rank's row of the count matrix (``[E]`` counts and its token count) into every rank;
    barrier;
-3. each rank copies every staged token into the receive rows of its local experts.
+2. ``row_base`` turns the full count matrix into this source's first receive row per expert
+   (``ubep.layout``: the deterministic mapping); ``send`` writes, for every token, its routing row
+   (the rows of its pairs held by a rank, or -1, and its gate weights) into every rank's staging
+   area, and the token itself once into each rank that holds one of its experts (relay); barrier;
+3. ``replicate`` copies every staged token into the receive rows of its local experts.
 
 Combine sends each pair's output (``reduce="source"``) or each rank's partial sum
 (``reduce="expert_rank"``) straight into the source's symmetric buffer, and the source reduces with
 the same torch ops as the reference backend, so the results are equal bit for bit.
 
-This version synchronizes with full barriers (two per call) and no Data-as-Flag, worker groups or
-scheduler yet: it is the correct, graph-capturable baseline those will speed up.
+This version synchronizes with full barriers (three per dispatch, two per combine) and has no
+Data-as-Flag, worker groups or scheduler yet: it is the correct, graph-capturable baseline those will
+speed up.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+import triton
 
-from ubep import layout
 from ubep.backends.base import Backend, Handle
-from ubep.backends.cuda.kernels import copy_rows, put_rows
+from ubep.backends.cuda import dispatch_kernels as dk
+from ubep.backends.cuda.kernels import copy_rows, put_rows, row_block
 from ubep.backends.cuda.symm import SymmetricBuffer, enable_for
 from ubep.config import EPConfig
 from ubep.reduce import ordered_sum
@@ -81,84 +84,67 @@ class CudaBackend(Backend):
     # -- dispatch ---------------------------------------------------------------------------------
 
     def dispatch(self, x_TH, topk_idx_TK, topk_weights_TK):
-        cfg, rank, w = self.config, self.config.rank, self.config.world_size
+        cfg, rank, w, k = self.config, self.config.rank, self.config.world_size, self.config.top_k
+        e, tm, hidden = cfg.num_experts, cfg.max_tokens_per_rank, cfg.hidden
         num_tokens = x_TH.shape[0]
+        idx = topk_idx_TK.long().contiguous().view(-1)
+        weights = topk_weights_TK.detach().float().contiguous().view(-1)
+        k_block, block = triton.next_power_of_2(k), row_block(x_TH)
         with self.timer.phase("dispatch: count exchange"):
-            row = torch.cat([layout.expert_counts(topk_idx_TK, cfg.num_experts),
-                             torch.full((1,), num_tokens, dtype=torch.int64, device=self.device)])
+            order = torch.empty(num_tokens * k, dtype=torch.int64, device=self.device)
             self._barrier()
-            for r in range(w):
-                self.meta.peer(r)[rank].copy_(row)
+            dk.count_and_order[(e,)](idx, num_tokens * k, num_tokens, order, self.meta.ptrs, rank,
+                                     WORLD=w, MAX_PAIRS=tm * k, num_experts=e,
+                                     BLOCK=min(1024, triton.next_power_of_2(tm * k)))
             self._barrier()
-            count_matrix_WE = self.meta.local[:, : cfg.num_experts]
-            tokens_W = self.meta.local[:, cfg.num_experts]
-        with self.timer.phase("dispatch: route send"):
-            capacity = cfg.expert_capacity if cfg.layout == "padded" else None
-            base_WE = layout.row_base(count_matrix_WE, cfg.num_local_experts, capacity)
-            rows_TK = layout.pair_rows(topk_idx_TK, base_WE[rank], cfg.num_experts)
-            ranks_TK = layout.dest_rank(topk_idx_TK, cfg.num_local_experts)
-            ranks_W11 = torch.arange(w, device=self.device).view(w, 1, 1)
-            rows_WTK = layout.received_rows(rows_TK.unsqueeze(0), ranks_TK.unsqueeze(0), ranks_W11)
-            weights_WTK = topk_weights_TK.detach().float().unsqueeze(0).expand(w, -1, -1)
-            route = torch.cat([rows_WTK.int(), weights_WTK.view(torch.int32)], dim=2)
-            sent_WT = (rows_WTK >= 0).any(dim=2)
-            self._put_token_grid(route.reshape(w * num_tokens, 2 * cfg.top_k), self.stage_route,
-                                 num_tokens, sent_WT=None)
-        tokens_per_expert = count_matrix_WE.sum(0)[cfg.local_experts.start : cfg.local_experts.stop]
-        num_rows = (cfg.num_local_experts * cfg.expert_capacity if capacity
-                    else int(tokens_per_expert.sum()))
-        routes = self._routes(topk_idx_TK, sent_WT, tokens_W)
-        recv_x = self._send_and_replicate(x_TH, routes, num_rows)
-        with self.timer.phase("dispatch: reorder"):
-            row_weights = torch.zeros(num_rows, 1, dtype=torch.float32, device=self.device)
-            self._replicate(routes.weights_WMK.reshape(-1, 1).contiguous(), row_weights, routes,
-                            per_pair=True)
-        handle = Handle(cfg, num_tokens, topk_weights_TK, row_weights[:, 0],
-                        tokens_per_expert.clone(), num_rows, None, routes)
-        recv_w = handle.row_weights.clone().view(handle.rows_shape())
-        return recv_x.view(handle.rows_shape(x_TH.shape[1])), recv_w, handle
-
-    def _routes(self, topk_idx_TK, sent_WT, tokens_W) -> Routes:
-        """Read the staged routing rows (after the barrier that follows their send)."""
-        cfg, tm, k = self.config, self.config.max_tokens_per_rank, self.config.top_k
-        self._barrier()
-        route = self.stage_route.local.view(cfg.world_size, tm, 2 * k)
-        arrived_WM = torch.arange(tm, device=self.device).unsqueeze(0) < tokens_W.unsqueeze(1)
-        rows = torch.where(arrived_WM.unsqueeze(2), route[..., :k].long(), -1)
-        weights = route[..., k:].contiguous().view(torch.float32)
-        return Routes(topk_idx_TK >= 0, sent_WT, rows, weights.clone())
-
-    def _put_token_grid(self, src_IF, target: SymmetricBuffer, num_tokens: int, sent_WT) -> None:
-        """Write row ``r * T + t`` of ``src_IF`` (or row ``t`` when ``sent_WT`` is given, only where
-        it is true) into rank ``r``'s ``target`` at row ``rank * T_max + t``."""
-        cfg, tm, w = self.config, self.config.max_tokens_per_rank, self.config.world_size
-        ranks = torch.arange(w, device=self.device).repeat_interleave(num_tokens)
-        tokens = torch.arange(num_tokens, device=self.device).repeat(w)
-        src_rows = tokens if sent_WT is not None else torch.arange(w * num_tokens, device=self.device)
-        dst_rank = ranks if sent_WT is None else torch.where(sent_WT.reshape(-1), ranks, -1)
-        put_rows(src_IF.contiguous(), src_rows, target.ptrs, dst_rank, cfg.rank * tm + tokens)
-
-    def _replicate(self, src_RF, out_RF, routes: Routes, per_pair: bool) -> None:
-        """Copy each staged token (or, ``per_pair``, each pair's own row of ``src_RF``) into the
-        receive rows of the local ``out_RF``."""
-        src_rows = self.slot_pairs if per_pair else self.slot_pairs // self.config.top_k
-        copy_rows(src_RF, src_rows, out_RF, routes.rows_WMK.reshape(-1))
-
-    def _send_and_replicate(self, x_TH, routes: Routes, num_rows: int) -> torch.Tensor:
-        """Tokens once to each rank holding one of their experts, then into the receive rows:
-        ``[num_rows, H]``."""
         with self.timer.phase("dispatch: token send"):
-            self._barrier()
-            self._put_token_grid(x_TH, self.stage_x, x_TH.shape[0], routes.sent_WT)
+            capacity = cfg.expert_capacity if cfg.layout == "padded" else 0
+            base = torch.empty(e, dtype=torch.int64, device=self.device)
+            dk.row_base[(e,)](self.meta.local, base, rank, capacity, WORLD=w,
+                              NUM_LOCAL=cfg.num_local_experts,
+                              LOCAL_BLOCK=triton.next_power_of_2(cfg.num_local_experts),
+                              num_experts=e)
+            sent = torch.empty(w, num_tokens, dtype=torch.int8, device=self.device)
+            if num_tokens:
+                dk.send[(num_tokens, w)](x_TH.contiguous(), idx, weights, order, base,
+                                         self.stage_x.ptrs, self.stage_route.ptrs, sent, rank,
+                                         num_tokens, tm, cfg.num_local_experts, top_k=k,
+                                         K_BLOCK=k_block, hidden=hidden, BLOCK=block)
             self._barrier()
         with self.timer.phase("dispatch: reorder"):
-            out = x_TH.new_zeros(num_rows, x_TH.shape[1])
-            self._replicate(self.stage_x.local, out, routes, per_pair=False)
-        return out
+            tokens_per_expert = self.meta.local[:, cfg.local_experts.start : cfg.local_experts.stop]
+            tokens_per_expert = tokens_per_expert.sum(0)
+            num_rows = cfg.num_local_experts * capacity if capacity else int(tokens_per_expert.sum())
+            out = x_TH.new_zeros(num_rows, hidden)
+            row_weights = torch.zeros(num_rows, dtype=torch.float32, device=self.device)
+            rows = torch.empty(w, tm, k, dtype=torch.int64, device=self.device)
+            pair_weights = torch.empty(w, tm, k, dtype=torch.float32, device=self.device)
+            dk.replicate[(w, tm)](self.stage_x.local, self.stage_route.local, self.meta.local, out,
+                                  row_weights, rows, pair_weights, tm, e, top_k=k, K_BLOCK=k_block,
+                                  hidden=hidden, BLOCK=block)
+        routes = Routes(topk_idx_TK >= 0, sent.bool(), rows, pair_weights)
+        handle = Handle(cfg, num_tokens, topk_weights_TK, row_weights, tokens_per_expert, num_rows,
+                        None, routes)
+        recv_w = row_weights.clone().view(handle.rows_shape())
+        return out.view(handle.rows_shape(hidden)), recv_w, handle
 
     def dispatch_like(self, x_TH, handle):
-        recv = self._send_and_replicate(x_TH.contiguous(), handle.routes, handle.num_rows)
-        return recv.view(handle.rows_shape(x_TH.shape[1]))
+        """Tokens once to each rank holding one of their experts (as the handle's dispatch sent
+        them), then into the receive rows the handle recorded."""
+        cfg, tm, w = self.config, self.config.max_tokens_per_rank, self.config.world_size
+        num_tokens, routes = x_TH.shape[0], handle.routes
+        with self.timer.phase("dispatch: token send"):
+            ranks = torch.arange(w, device=self.device).repeat_interleave(num_tokens)
+            tokens = torch.arange(num_tokens, device=self.device).repeat(w)
+            self._barrier()
+            put_rows(x_TH.contiguous(), tokens, self.stage_x.ptrs,
+                     torch.where(routes.sent_WT.reshape(-1), ranks, -1), cfg.rank * tm + tokens)
+            self._barrier()
+        with self.timer.phase("dispatch: reorder"):
+            out = x_TH.new_zeros(handle.num_rows, x_TH.shape[1])
+            copy_rows(self.stage_x.local, self.slot_pairs // cfg.top_k, out,
+                      routes.rows_WMK.reshape(-1))
+        return out.view(handle.rows_shape(x_TH.shape[1]))
 
     # -- combine ----------------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ def _put_rows(src_ptr, src_row_ptr, dst_ptrs_ptr, dst_rank_ptr, dst_row_ptr, num
             _move_row(src_ptr + src_row * row_elems, dst + dst_row * row_elems, row_elems, BLOCK)
 
 
-def _block(src_RF: torch.Tensor) -> int:
+def row_block(src_RF: torch.Tensor) -> int:
     """Elements a program moves per step: the row, up to ``BLOCK_BYTES``."""
     return min(triton.next_power_of_2(src_RF.shape[1]), max(16, BLOCK_BYTES // src_RF.element_size()))
 
@@ -55,7 +55,7 @@ def put_rows(src_RF: torch.Tensor, src_row_I: torch.Tensor, dst_ptrs_W: torch.Te
     num_items = src_row_I.numel()
     if num_items == 0:
         return
-    row_elems, block = src_RF.shape[1], _block(src_RF)
+    row_elems, block = src_RF.shape[1], row_block(src_RF)
     _put_rows[(num_items,)](src_RF, src_row_I, dst_ptrs_W, dst_rank_I, dst_row_I, num_items,
                             row_elems, BLOCK=block)
 
@@ -79,5 +79,5 @@ def copy_rows(src_RF: torch.Tensor, src_row_I: torch.Tensor, out_RF: torch.Tenso
     num_items = src_row_I.numel()
     if num_items == 0:
         return
-    row_elems, block = src_RF.shape[1], _block(src_RF)
+    row_elems, block = src_RF.shape[1], row_block(src_RF)
     _copy_rows[(num_items,)](src_RF, src_row_I, out_RF, out_row_I, num_items, row_elems, BLOCK=block)
