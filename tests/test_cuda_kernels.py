@@ -1,7 +1,9 @@
 """The CUDA backend's dispatch kernels, run by Triton's interpreter on the CPU (no GPU needed), with
 W ranks emulated in one process: their outputs must equal ``ubep.layout`` and the oracle.
 
-Skipped where Triton is not installed (CI has no Triton; GPU machines run tests/test_cuda.py).
+Rows are fp32 here: the interpreter's conversion to bf16 truncates where the GPU rounds to nearest,
+so bf16 rounding is left to the GPU tests. Skipped where Triton is not installed (CI has no Triton;
+GPU machines run tests/test_cuda.py).
 """
 
 import os
@@ -15,6 +17,7 @@ if os.environ.get("TRITON_INTERPRET") != "1":  # pragma: no cover - Triton impor
     pytest.skip("Triton was imported without its interpreter", allow_module_level=True)
 
 from ubep import layout, oracle, workloads  # noqa: E402
+from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
 
 
@@ -33,10 +36,10 @@ def test_dispatch_kernels_match_layout_and_oracle(tokens, experts, top_k, capaci
     gen = torch.Generator().manual_seed(sum(tokens))
     idxs = [workloads.drop_slots(workloads.random_topk(t, experts, top_k, gen), drop, gen)
             for t in tokens]
-    xs = [workloads.origin_tokens(s, t, hidden, torch.bfloat16) for s, t in enumerate(tokens)]
+    xs = [workloads.origin_tokens(s, t, hidden, torch.float32) for s, t in enumerate(tokens)]
     ws = [workloads.origin_weights(s, t, top_k) for s, t in enumerate(tokens)]
     meta = [torch.zeros(world, experts + 1, dtype=torch.int64) for _ in range(world)]
-    stage_x = [torch.zeros(world * tm, hidden, dtype=torch.bfloat16) for _ in range(world)]
+    stage_x = [torch.zeros(world * tm, hidden, dtype=torch.float32) for _ in range(world)]
     stage_route = [torch.zeros(world * tm, 2 * top_k, dtype=torch.int32) for _ in range(world)]
     orders, bases, sents = [], [], []
     for s in range(world):  # phase 1 on every rank, then (barrier) phase 2, ...
@@ -66,10 +69,11 @@ def test_dispatch_kernels_match_layout_and_oracle(tokens, experts, top_k, capaci
         assert torch.equal(sent.bool(), torch.stack([(ranks == r).any(1) for r in range(world)]))
         bases.append(base)
         sents.append(sent)
+    received = []
     for d in range(world):
         want_x, tpe, want_w = oracle.dispatch(xs, idxs, ws, d, world, experts)
         num_rows = local * capacity if capacity else int(tpe.sum())
-        out = torch.zeros(num_rows, hidden, dtype=torch.bfloat16)
+        out = torch.zeros(num_rows, hidden, dtype=torch.float32)
         out_w = torch.zeros(num_rows)
         rows = torch.empty(world, tm, top_k, dtype=torch.int64)
         weights = torch.empty(world, tm, top_k)
@@ -86,3 +90,47 @@ def test_dispatch_kernels_match_layout_and_oracle(tokens, experts, top_k, capaci
                                              layout.dest_rank(idxs[s], local), d)
             assert torch.equal(rows[s, : tokens[s]], want_rows)
             assert (rows[s, tokens[s]:] == -1).all()
+        received.append((out, rows, weights))
+    _check_combine(received, idxs, xs, ws, sents, tokens, experts, top_k, hidden, tm)
+
+
+def _check_combine(received, idxs, xs, ws, sents, tokens, experts, top_k, hidden, tm):
+    """send_back + reduce kernels against oracle.combine, both reductions, weighted or not."""
+    world = len(tokens)
+    outs = oracle.expert_outputs(idxs, world, experts,
+                                 lambda s, t, k, e: workloads.scale_expert(xs[s][t : t + 1], e)[0])
+    expert_out = []
+    for out, rows, _ in received:
+        per_row = torch.zeros_like(out)
+        for s in range(world):
+            for t in range(tokens[s]):
+                for k in range(top_k):
+                    if rows[s, t, k] >= 0:
+                        e = int(idxs[s][t, k])
+                        per_row[rows[s, t, k]] = workloads.scale_expert(out[rows[s, t, k]][None], e)[0]
+        expert_out.append(per_row)
+    for partial in (False, True):
+        for weighted in (False, True):
+            back = [torch.zeros(max(tm * top_k, world * tm), hidden, dtype=torch.float32)
+                    for _ in range(world)]
+            for d, (_, rows, weights) in enumerate(received):
+                ck.send_back[(world, tm)](expert_out[d], rows, weights, _ptrs(back), d, tm,
+                                          top_k=top_k, K_BLOCK=triton.next_power_of_2(top_k),
+                                          hidden=hidden, BLOCK=16, PARTIAL=partial,
+                                          WEIGHTED=weighted, EXACT=False)
+            for s in range(world):
+                if not tokens[s]:
+                    continue
+                y = torch.empty(tokens[s], hidden, dtype=torch.float32)
+                if partial:
+                    ck.reduce_partials[(tokens[s],)](back[s], sents[s].bool(), y, tokens[s], tm,
+                                                     WORLD=world, hidden=hidden, BLOCK=16,
+                                                     EXACT=False)
+                else:
+                    ck.reduce_pairs[(tokens[s],)](back[s], idxs[s] >= 0, ws[s], y, top_k=top_k,
+                                                  hidden=hidden, BLOCK=16, WEIGHTED=weighted,
+                                                  EXACT=False)
+                want = oracle.combine(outs, idxs, ws, s, world, experts,
+                                      "expert_rank" if partial else "source", weighted, hidden,
+                                      torch.float32)
+                assert torch.equal(y, want), (s, partial, weighted)

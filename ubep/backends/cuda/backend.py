@@ -12,9 +12,10 @@ are in ``dispatch_kernels``):
    area, and the token itself once into each rank that holds one of its experts (relay); barrier;
 3. ``replicate`` copies every staged token into the receive rows of its local experts.
 
-Combine sends each pair's output (``reduce="source"``) or each rank's partial sum
-(``reduce="expert_rank"``) straight into the source's symmetric buffer, and the source reduces with
-the same torch ops as the reference backend, so the results are equal bit for bit.
+Combine (``combine_kernels``) sends each pair's output (``reduce="source"``) or each rank's partial
+sum (``reduce="expert_rank"``) straight into the source's symmetric buffer, and the source sums in
+fp32 with round-to-nearest multiplies and adds that no compiler can fuse, in the contract's order, so
+the results equal the reference backend's bit for bit.
 
 This version synchronizes with full barriers (three per dispatch, two per combine) and has no
 Data-as-Flag, worker groups or scheduler yet: it is the correct, graph-capturable baseline those will
@@ -23,6 +24,7 @@ speed up.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -30,11 +32,14 @@ import torch.distributed as dist
 import triton
 
 from ubep.backends.base import Backend, Handle
+from ubep.backends.cuda import combine_kernels as ck
 from ubep.backends.cuda import dispatch_kernels as dk
 from ubep.backends.cuda.kernels import copy_rows, put_rows, row_block
 from ubep.backends.cuda.symm import SymmetricBuffer, enable_for
 from ubep.config import EPConfig
-from ubep.reduce import ordered_sum
+
+# PTX rounding instructions in the combine sums; Triton's CPU interpreter cannot run PTX.
+EXACT_ARITHMETIC = os.environ.get("TRITON_INTERPRET") != "1"
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,9 +78,7 @@ class CudaBackend(Backend):
         self.symmetric_bytes = sum(b.nbytes for b in (self.meta, self.stage_x, self.stage_route,
                                                       self.back_x, self.back_vals))
         self.timeout_ms = int(cfg.timeout_s * 1000)
-        # Item indices of the [W, T_max] and [W, T_max, K] grids the kernels walk.
-        item = torch.arange(w * tm, device=device)
-        self.item_rank, self.item_token = item // tm, item % tm
+        # Pair slots of the [W, T_max, K] grid of received pairs.
         self.slot_pairs = torch.arange(w * tm * k, device=device)
 
     def _barrier(self) -> None:
@@ -161,36 +164,29 @@ class CudaBackend(Backend):
     def combine(self, expert_out, handle, reduce, weighted):
         cfg, k, tm, w = self.config, self.config.top_k, self.config.max_tokens_per_rank, \
             self.config.world_size
-        hidden, num_tokens = expert_out.shape[-1], handle.num_tokens
-        rows_RH = expert_out.reshape(handle.num_rows, hidden)
-        routes = handle.routes
-        if reduce == "source":
-            with self.timer.phase("combine: send"):
-                self._return_pairs(rows_RH.contiguous(), self.back_x, handle)
-            with self.timer.phase("combine: reduce"):
-                contrib = self.back_x.local[: num_tokens * k].view(num_tokens, k, hidden)
-                weights = handle.topk_weights.detach().float() if weighted else None
-                return ordered_sum(contrib, routes.valid_TK, weights).to(expert_out.dtype)
-        with self.timer.phase("combine: local reduce"):
-            valid_WMK = routes.rows_WMK >= 0
-            contrib = (rows_RH[routes.rows_WMK.clamp(min=0)] if handle.num_rows
-                       else rows_RH.new_zeros(*routes.rows_WMK.shape, hidden))
-            weights = routes.weights_WMK.reshape(w * tm, k) if weighted else None
-            partial = ordered_sum(contrib.view(w * tm, k, hidden), valid_WMK.view(w * tm, k),
-                                  weights).to(expert_out.dtype)
+        hidden, num_tokens, routes = expert_out.shape[-1], handle.num_tokens, handle.routes
+        rows_RH = expert_out.reshape(handle.num_rows, hidden).contiguous()
+        partial = reduce == "expert_rank"
+        block = row_block(rows_RH)
         with self.timer.phase("combine: send"):
             self._barrier()
-            put_rows(partial, self.slot_pairs[: w * tm], self.back_x.ptrs,
-                     torch.where(valid_WMK.any(2).reshape(-1), self.item_rank, -1),
-                     cfg.rank * tm + self.item_token)
+            ck.send_back[(w, tm)](rows_RH, routes.rows_WMK, routes.weights_WMK, self.back_x.ptrs,
+                                  cfg.rank, tm, top_k=k, K_BLOCK=triton.next_power_of_2(k),
+                                  hidden=hidden, BLOCK=block, PARTIAL=partial,
+                                  WEIGHTED=weighted, EXACT=EXACT_ARITHMETIC)
             self._barrier()
         with self.timer.phase("combine: reduce"):
-            acc = torch.zeros(num_tokens, hidden, dtype=torch.float32, device=self.device)
-            back = self.back_x.local[: w * tm].view(w, tm, hidden)
-            for d in range(w):  # ascending rank of the partial's sender
-                acc = torch.where(routes.sent_WT[d].unsqueeze(1), acc + back[d, :num_tokens].float(),
-                                  acc)
-            return acc.to(expert_out.dtype)
+            y = expert_out.new_empty(num_tokens, hidden)
+            if num_tokens and partial:
+                ck.reduce_partials[(num_tokens,)](self.back_x.local, routes.sent_WT, y, num_tokens,
+                                                  tm, WORLD=w, hidden=hidden, BLOCK=block,
+                                                  EXACT=EXACT_ARITHMETIC)
+            elif num_tokens:
+                weights = handle.topk_weights.detach().float().contiguous()
+                ck.reduce_pairs[(num_tokens,)](self.back_x.local, routes.valid_TK, weights, y,
+                                               top_k=k, hidden=hidden, BLOCK=block,
+                                               WEIGHTED=weighted, EXACT=EXACT_ARITHMETIC)
+            return y
 
     def return_pair_values(self, values_R, handle):
         k, num_tokens = self.config.top_k, handle.num_tokens
