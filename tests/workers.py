@@ -67,6 +67,15 @@ def _apply_experts(recv_x, tokens_per_expert, cfg):
     return out
 
 
+def _zero_padding(recv_ECH: torch.Tensor, tokens_per_expert: torch.Tensor) -> torch.Tensor:
+    """Padded receive rows ``[E_local, cap, H]`` with the unspecified padding set to zero, as the
+    oracle pads."""
+    row = torch.arange(recv_ECH.shape[1], device=recv_ECH.device).unsqueeze(0)
+    mask_EC1 = (row < tokens_per_expert.to(recv_ECH.device).unsqueeze(1)).unsqueeze(2)
+    return torch.where(mask_EC1, recv_ECH, torch.zeros((), dtype=recv_ECH.dtype,
+                                                       device=recv_ECH.device))
+
+
 def _check_equal(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
     got = got.cpu()
     if got.shape != want.shape or got.dtype != want.dtype or not torch.equal(got, want):
@@ -100,7 +109,10 @@ def run_case(rank: int, world_size: int, case: Case) -> dict:
         want_x = oracle.to_padded(want_x, want_tpe, cfg.expert_capacity)
         want_w = oracle.to_padded(want_w, want_tpe, cfg.expert_capacity)
     _check_equal("tokens_per_expert", res.tokens_per_expert, want_tpe)
-    _check_equal("recv_x", res.recv_x.detach(), want_x)
+    recv_x = res.recv_x.detach()
+    if case.layout == "padded":
+        recv_x = _zero_padding(recv_x, res.tokens_per_expert)
+    _check_equal("recv_x", recv_x, want_x)
     _check_equal("recv_weights", res.recv_weights.detach(), want_w)
 
     expert_out = _apply_experts(res.recv_x.detach(), res.tokens_per_expert, cfg)
@@ -193,7 +205,8 @@ def graph_replay_case(rank: int, world_size: int) -> None:
 
     def step():
         res = buf.dispatch(x, idx, w)
-        return res.recv_x.clone(), buf.combine(res.recv_x, res.handle, reduce="expert_rank")
+        return (_zero_padding(res.recv_x, res.tokens_per_expert),
+                buf.combine(res.recv_x, res.handle, reduce="expert_rank"))
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

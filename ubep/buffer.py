@@ -26,7 +26,9 @@ class DispatchResult:
 
     - ``recv_x``: compact ``[N, H]`` (``N = tokens_per_expert.sum()``) or padded
       ``[E_local, W * max_tokens_per_rank, H]``, in ``x``'s dtype; rows ordered by (local expert,
-      source rank, source token); padding rows are zero.
+      source rank, source token); padding rows (past each expert's count) are unspecified: a
+      backend need not write them (zero-filling ``[E_local, W * T_max, H]`` would cost more than the
+      dispatch).
     - ``tokens_per_expert``: ``[E_local]`` int64, rows received per local expert.
     - ``recv_weights``: ``[N]`` or ``[E_local, W * max_tokens_per_rank]`` fp32, the gate weight of each
       row (0 on padding rows).

@@ -118,7 +118,7 @@ class CudaBackend(Backend):
             tokens_per_expert = self.meta.local[:, cfg.local_experts.start : cfg.local_experts.stop]
             tokens_per_expert = tokens_per_expert.sum(0)
             num_rows = cfg.num_local_experts * capacity if capacity else int(tokens_per_expert.sum())
-            out = x_TH.new_zeros(num_rows, hidden)
+            out = x_TH.new_empty(num_rows, hidden)  # compact: every row written; padded: padding is not
             row_weights = torch.zeros(num_rows, dtype=torch.float32, device=self.device)
             rows = torch.empty(w, tm, k, dtype=torch.int64, device=self.device)
             pair_weights = torch.empty(w, tm, k, dtype=torch.float32, device=self.device)
