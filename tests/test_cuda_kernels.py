@@ -125,13 +125,13 @@ def _check_combine(received, idxs, xs, ws, sents, tokens, experts, top_k, hidden
                     continue
                 y = torch.empty(tokens[s], hidden, dtype=torch.float32)
                 if partial:
-                    ck.reduce_partials[(tokens[s],)](back[s], sents[s].bool(), y, tokens[s], tm,
-                                                     WORLD=world, hidden=hidden, BLOCK=16,
-                                                     EXACT=False)
+                    ck.reduce_slots[(tokens[s],)](back[s], 1, tm, sents[s].bool(), 1, tokens[s],
+                                                  sents[s].bool(), y, NUM=world, hidden=hidden,
+                                                  BLOCK=16, WEIGHTED=False, EXACT=False)
                 else:
-                    ck.reduce_pairs[(tokens[s],)](back[s], idxs[s] >= 0, ws[s], y, top_k=top_k,
-                                                  hidden=hidden, BLOCK=16, WEIGHTED=weighted,
-                                                  EXACT=False)
+                    ck.reduce_slots[(tokens[s],)](back[s], top_k, 1, idxs[s] >= 0, top_k, 1, ws[s],
+                                                  y, NUM=top_k, hidden=hidden, BLOCK=16,
+                                                  WEIGHTED=weighted, EXACT=False)
                 want = oracle.combine(outs, idxs, ws, s, world, experts,
                                       "expert_rank" if partial else "source", weighted, hidden,
                                       torch.float32)

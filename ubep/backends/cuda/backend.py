@@ -178,13 +178,13 @@ class CudaBackend(Backend):
         with self.timer.phase("combine: reduce"):
             y = expert_out.new_empty(num_tokens, hidden)
             if num_tokens and partial:
-                ck.reduce_partials[(num_tokens,)](self.back_x.local, routes.sent_WT, y, num_tokens,
-                                                  tm, WORLD=w, hidden=hidden, BLOCK=block,
-                                                  EXACT=EXACT_ARITHMETIC)
+                ck.reduce_slots[(num_tokens,)](self.back_x.local, 1, tm, routes.sent_WT, 1,
+                                               num_tokens, routes.sent_WT, y, NUM=w, hidden=hidden,
+                                               BLOCK=block, WEIGHTED=False, EXACT=EXACT_ARITHMETIC)
             elif num_tokens:
                 weights = handle.topk_weights.detach().float().contiguous()
-                ck.reduce_pairs[(num_tokens,)](self.back_x.local, routes.valid_TK, weights, y,
-                                               top_k=k, hidden=hidden, BLOCK=block,
+                ck.reduce_slots[(num_tokens,)](self.back_x.local, k, 1, routes.valid_TK, k, 1,
+                                               weights, y, NUM=k, hidden=hidden, BLOCK=block,
                                                WEIGHTED=weighted, EXACT=EXACT_ARITHMETIC)
             return y
 

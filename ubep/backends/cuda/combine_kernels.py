@@ -4,8 +4,8 @@
    output row to the source, at slot ``t * K + k``; ``reduce="expert_rank"`` first sums the token's
    pairs held here, in fp32 in ascending ``k``, rounds the sum to the row dtype and sends that one
    row, to slot ``rank * T_max + t``;
-2. ``reduce_pairs`` / ``reduce_partials`` (one program per token): the source's fp32 sum in
-   ascending ``k`` (or ascending rank), cast to the row dtype.
+2. ``reduce_slots`` (one program per token): the source's fp32 sum in ascending ``k`` (or
+   ascending rank), cast to the row dtype.
 
 The contract rounds every product and every sum (``ubep.reduce``); compilers would contract
 ``acc + w * o`` into a fused multiply-add, so with ``EXACT`` the kernels use PTX ``mul.rn.f32`` and
@@ -88,38 +88,25 @@ def send_back(out_ptr, rows_ptr, weights_ptr, back_ptrs_ptr, rank, tokens_max,
 
 
 @triton.jit
-def reduce_pairs(back_ptr, valid_ptr, weights_ptr, y_ptr, top_k: tl.constexpr,
-                 hidden: tl.constexpr, BLOCK: tl.constexpr, WEIGHTED: tl.constexpr,
-                 EXACT: tl.constexpr):
-    """Program ``t``: ``y[t] = sum over valid k, ascending, of w[t, k] * back[t * K + k]`` in fp32,
-    cast to the row dtype (``reduce="source"``)."""
+def reduce_slots(back_ptr, slot_t, slot_j, valid_ptr, valid_t, valid_j, weights_ptr, y_ptr,
+                 NUM: tl.constexpr, hidden: tl.constexpr, BLOCK: tl.constexpr,
+                 WEIGHTED: tl.constexpr, EXACT: tl.constexpr):
+    """Program ``t``: ``y[t] = sum over j = 0..NUM-1, ascending, where valid[t, j], of
+    w[t, j] * back[t * slot_t + j * slot_j]`` in fp32, cast to the row dtype.
+
+    ``reduce="source"``: ``j`` is the pair ``k`` (slot ``t * K + k``, ``valid = topk_idx >= 0``, gate
+    weights ``[T, K]``); ``reduce="expert_rank"``: ``j`` is the rank that sent a partial (slot
+    ``j * T_max + t``, ``valid`` = the token went to that rank, unweighted)."""
     t = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     for start in range(0, hidden, BLOCK):
         m = start + offs < hidden
         acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for k in tl.static_range(top_k):
-            if tl.load(valid_ptr + t * top_k + k):
-                o = tl.load(back_ptr + (t * top_k + k) * hidden + start + offs, mask=m)
+        for j in tl.static_range(NUM):
+            if tl.load(valid_ptr + t * valid_t + j * valid_j):
+                o = tl.load(back_ptr + (t * slot_t + j * slot_j) * hidden + start + offs, mask=m)
                 o = o.to(tl.float32)
                 if WEIGHTED:
-                    o = _mul(o, tl.load(weights_ptr + t * top_k + k), EXACT)
+                    o = _mul(o, tl.load(weights_ptr + t * valid_t + j * valid_j), EXACT)
                 acc = _add(acc, o, EXACT)
-        tl.store(y_ptr + t * hidden + start + offs, acc.to(y_ptr.dtype.element_ty), mask=m)
-
-
-@triton.jit
-def reduce_partials(back_ptr, sent_ptr, y_ptr, num_tokens, tokens_max, WORLD: tl.constexpr,
-                    hidden: tl.constexpr, BLOCK: tl.constexpr, EXACT: tl.constexpr):
-    """Program ``t``: ``y[t] = sum over ranks d, ascending, that hold a pair of t, of the partial
-    row d sent`` (``back[d * T_max + t]``) in fp32, cast to the row dtype (``reduce="expert_rank"``)."""
-    t = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK)
-    for start in range(0, hidden, BLOCK):
-        m = start + offs < hidden
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for d in tl.static_range(WORLD):
-            if tl.load(sent_ptr + d * num_tokens + t):
-                o = tl.load(back_ptr + (d * tokens_max + t) * hidden + start + offs, mask=m)
-                acc = _add(acc, o.to(tl.float32), EXACT)
         tl.store(y_ptr + t * hidden + start + offs, acc.to(y_ptr.dtype.element_ty), mask=m)
