@@ -1,5 +1,5 @@
 // A small JSON reader for the shared test vectors: objects, arrays, strings without escapes,
-// integers, true, false, null. Host-only test code.
+// integers (int64, or uint64 when positive), true, false, null. Host-only test code.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,7 @@ struct Value {
   enum Kind { Null, Bool, Int, String, Array, Object } kind = Null;
   bool b = false;
   int64_t i = 0;
+  uint64_t u = 0;
   std::string s;
   std::vector<Value> a;
   std::map<std::string, Value> o;
@@ -113,7 +114,13 @@ class Parser {
     } else {
       size_t used = 0;
       v.kind = Value::Int;
-      v.i = std::stoll(t_.substr(p_, 24), &used);
+      if (c == '-') {
+        v.i = std::stoll(t_.substr(p_, 24), &used);
+        v.u = static_cast<uint64_t>(v.i);
+      } else {
+        v.u = std::stoull(t_.substr(p_, 24), &used);
+        v.i = static_cast<int64_t>(v.u);
+      }
       if (p_ + used < t_.size() && (t_[p_ + used] == '.' || t_[p_ + used] == 'e')) fail("not an integer");
       p_ += used;
     }
