@@ -1,6 +1,10 @@
 """`ubep profile`: per-phase breakdown per rank, CSV and stacked-bar PNG."""
 
+import pytest
+
 from ubep.cli import main
+
+pytest.importorskip("matplotlib", reason="the breakdown plot needs matplotlib (the 'sim' extras)")
 
 
 def test_profile_writes_breakdown(tmp_path, capsys):

@@ -3,10 +3,13 @@
 import pytest
 import torch
 
-from ubep.cli import main
-from ubep.sim import Routing, SimConfig, SimParams, simulate
-from ubep.sim.params import wire_bytes_per_row
-from ubep.sim.scenarios import CANN_EP, UBEP, UBEP_NO_MAPPING, Workload, run, superpod
+pytest.importorskip("simpy", reason="the simulator needs the 'sim' extras")
+pytest.importorskip("matplotlib", reason="the simulator's plots need the 'sim' extras")
+
+from ubep.cli import main  # noqa: E402
+from ubep.sim import Routing, SimConfig, SimParams, simulate  # noqa: E402
+from ubep.sim.params import wire_bytes_per_row  # noqa: E402
+from ubep.sim.scenarios import CANN_EP, UBEP, UBEP_NO_MAPPING, Workload, run, superpod  # noqa: E402
 
 
 def test_tff_rows_take_flag_overhead():
