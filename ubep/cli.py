@@ -95,11 +95,16 @@ def main(argv: list[str] | None = None) -> int:
                                     layout=args.layout, backend=args.backend,
                                     reduce=args.reduce, iters=args.iters, seed=args.seed))
     if args.command == "profile":
+        import importlib.util
         from pathlib import Path
 
         from ubep.breakdown import ProfileOptions, run_profile
 
         _check_shape(args)
+        if importlib.util.find_spec("matplotlib") is None:
+            print("ubep profile draws its breakdown with matplotlib: pip install 'ubep[sim]'",
+                  file=sys.stderr)
+            return 2
         return run_profile(ProfileOptions(
             ranks=args.ranks, tokens=args.tokens, hidden=args.hidden, experts=args.experts,
             top_k=args.top_k, dtype=DTYPE_NAMES[args.dtype], layout=args.layout,
