@@ -15,7 +15,6 @@ ranks: for dispatch what rank 0 sent, for combine what came back to rank 0. Writ
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import sys
@@ -27,6 +26,7 @@ import torch.distributed as dist
 
 import ubep
 from ubep.launch import run_ranks
+from ubep.profiling import write_table
 from ubep.workloads import origin_tokens, origin_weights, skewed_topk
 
 # NVLink multicast stays off on the machines we run on.
@@ -161,20 +161,6 @@ def summarize(per_rank: list[list[dict]], ceiling: float, world: int) -> list[di
     return table
 
 
-def write(table: list[dict], out: Path, header: str) -> str:
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(table[0]))
-        writer.writeheader()
-        writer.writerows(table)
-    cols = list(table[0])
-    lines = [header, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in table]
-    text = "\n".join(lines) + "\n"
-    (out / "results.md").write_text(text)
-    return text
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ranks", type=int, default=torch.cuda.device_count())
@@ -200,7 +186,7 @@ def main() -> int:
               f"{args.experts} experts, top-{args.top_k}, bf16; link ceiling (GPU0->GPU1 copy, "
               f"1 GiB) {ceiling:.0f} GB/s; {args.iters} iterations after {args.warmup} warm-up; "
               f"torch {torch.__version__}; {time.perf_counter() - t0:.0f} s")
-    print(write(summarize(per_rank, ceiling, args.ranks), args.out, header))
+    print(write_table(summarize(per_rank, ceiling, args.ranks), args.out / "results", header))
     return 0
 
 

@@ -99,7 +99,7 @@ def test_dispatch_kernels_match_layout_and_oracle(tokens, experts, top_k, capaci
 def _check_combine(received, idxs, xs, ws, sents, tokens, experts, top_k, hidden, tm):
     """send_back + reduce kernels against oracle.combine, both reductions, weighted or not."""
     world = len(tokens)
-    outs = oracle.expert_outputs(idxs, world, experts,
+    outs = oracle.expert_outputs(idxs,
                                  lambda s, t, k, e: workloads.scale_expert(xs[s][t : t + 1], e)[0])
     expert_out = []
     for out, rows, _ in received:

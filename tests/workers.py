@@ -117,8 +117,7 @@ def run_case(rank: int, world_size: int, case: Case) -> dict:
 
     expert_out = _apply_experts(res.recv_x.detach(), res.tokens_per_expert, cfg)
     outs = oracle.expert_outputs(
-        idxs, world_size, case.num_experts,
-        lambda s, t, k, e: workloads.scale_expert(xs[s][t : t + 1], e)[0])
+        idxs, lambda s, t, k, e: workloads.scale_expert(xs[s][t : t + 1], e)[0])
     for reduce in ("source", "expert_rank"):
         for weighted in (True, False):
             y = buf.combine(expert_out, res.handle, reduce=reduce, weighted=weighted)

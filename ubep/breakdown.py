@@ -8,7 +8,6 @@ send, local reduce and reduce for combine.
 
 from __future__ import annotations
 
-import csv
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ import torch
 
 from ubep.buffer import Buffer
 from ubep.launch import run_ranks
-from ubep.profiling import breakdown_table, median
+from ubep.profiling import breakdown_table, median, write_table
 from ubep.workloads import origin_tokens, origin_weights, skewed_topk
 
 
@@ -60,24 +59,18 @@ def profile_rank(rank: int, world_size: int, opts: ProfileOptions) -> dict[str, 
 
 def write_outputs(per_rank: list[dict[str, list[float]]], steps: int, out: Path,
                   title: str) -> list[Path]:
-    """``breakdown.csv`` (rank, phase, calls, median, min, max µs) and ``breakdown.png``: one bar per
-    rank, stacked by phase, each segment the phase's median times its calls per step."""
+    """``breakdown.csv`` / ``.md`` (rank, phase, calls, median, min, max µs) and ``breakdown.png``:
+    one bar per rank, stacked by phase, each segment the phase's median times its calls per step."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out.mkdir(parents=True, exist_ok=True)
     phases = list(dict.fromkeys(p for samples in per_rank for p in samples))
-    with open(out / "breakdown.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["rank", "phase", "calls", "median_us", "min_us", "max_us"])
-        for rank, samples in enumerate(per_rank):
-            for phase in phases:
-                v = samples.get(phase, [])
-                if v:
-                    writer.writerow([rank, phase, len(v), round(median(v), 1), round(min(v), 1),
-                                     round(max(v), 1)])
+    write_table([{"rank": rank, "phase": phase, "calls": len(v), "median_us": round(median(v), 1),
+                  "min_us": round(min(v), 1), "max_us": round(max(v), 1)}
+                 for rank, samples in enumerate(per_rank) for phase in phases
+                 if (v := samples.get(phase))], out / "breakdown", title)
     fig, ax = plt.subplots(figsize=(1.2 * len(per_rank) + 4, 4))
     bottom = [0.0] * len(per_rank)
     for phase in phases:
@@ -92,7 +85,7 @@ def write_outputs(per_rank: list[dict[str, list[float]]], steps: int, out: Path,
     fig.tight_layout()
     fig.savefig(out / "breakdown.png", dpi=110)
     plt.close(fig)
-    return [out / "breakdown.csv", out / "breakdown.png"]
+    return [out / "breakdown.csv", out / "breakdown.md", out / "breakdown.png"]
 
 
 def run_profile(opts: ProfileOptions, out: Path) -> int:

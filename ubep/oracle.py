@@ -48,7 +48,7 @@ def to_padded(recv_NH: torch.Tensor, tokens_per_expert: torch.Tensor, capacity: 
     return out
 
 
-def expert_outputs(idxs, world_size: int, num_experts: int, out_of_row: Callable):
+def expert_outputs(idxs, out_of_row: Callable):
     """Per source ``s``: ``[T_s, K, H]`` output of each pair, with ``out_of_row(s, t, k, e)``."""
     outs = []
     for s, idx in enumerate(idxs):

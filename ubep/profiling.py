@@ -1,4 +1,4 @@
-"""Per-phase timers and breakdown tables.
+"""Per-phase timers, breakdown tables, and the CSV / Markdown table writer of reports.
 
 A backend wraps each phase of a call in ``timer.phase(name)``. On CPU tensors the phase is timed with
 ``time.perf_counter``; on CUDA tensors with a pair of CUDA events, read only when a report is asked
@@ -7,10 +7,12 @@ for, so timing adds no host synchronization to the hot path. Timing is off unles
 
 from __future__ import annotations
 
+import csv
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -71,3 +73,23 @@ def breakdown_table(samples: dict[str, list[float]], title: str = "phase") -> st
             f"{name:<{width}}  {calls:>5}  {med:>9.1f}  {lo:>9.1f}  {hi:>9.1f}  {med / total:>6.1%}"
         )
     return "\n".join(lines)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """A Markdown table of ``rows`` (dicts with the same keys, in column order)."""
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_table(rows: list[dict], path_stem: Path, title: str = "") -> str:
+    """``<stem>.csv`` and ``<stem>.md`` (``title``, then the table) of ``rows``; returns the Markdown."""
+    path_stem.parent.mkdir(parents=True, exist_ok=True)
+    with open(path_stem.with_suffix(".csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    text = (f"{title}\n\n" if title else "") + markdown_table(rows) + "\n"
+    path_stem.with_suffix(".md").write_text(text)
+    return text

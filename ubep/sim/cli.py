@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ubep.sim.report import markdown_table, write_figure, write_table
+from ubep.profiling import markdown_table, write_table
+from ubep.sim.report import write_figure
 from ubep.sim.scenarios import SCENARIOS, run_scenario
 
 

@@ -1,4 +1,4 @@
-"""Tables (CSV, Markdown) and PNG figures of simulator scenarios.
+"""PNG figures of simulator scenarios (their tables: ``ubep.profiling.write_table``).
 
 A figure is ``(kind, data, x-axis label)``. Kinds: ``gantt`` (label -> phase -> (start, end) µs:
 one row of phase bars per label, like the paper's latency breakdowns), ``workers`` (variant -> µs per
@@ -7,25 +7,9 @@ worker), ``curves`` (panel -> series -> [(x, y µs)]).
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from ubep.sim.model import PHASES
-
-
-def markdown_table(rows: list[dict]) -> str:
-    cols = list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def write_table(rows: list[dict], path_stem: Path) -> None:
-    with open(path_stem.with_suffix(".csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    path_stem.with_suffix(".md").write_text(markdown_table(rows) + "\n")
 
 
 def _gantt(ax, spans: dict, xlabel: str) -> None:
