@@ -13,21 +13,15 @@ import torch.distributed._symmetric_memory as symm_mem
 class SymmetricBuffer:
     """A ``shape`` buffer of ``dtype`` on every rank.
 
-    ``local`` is this rank's copy; ``peer(r)`` a tensor view of rank ``r``'s copy (writes through it
-    land in ``r``'s memory); ``ptrs`` a ``[W]`` int64 tensor of every rank's base address, for kernels.
+    ``local`` is this rank's copy; ``ptrs`` a ``[W]`` int64 tensor of every rank's base address, which
+    kernels use to write straight into a peer's copy.
     """
 
     def __init__(self, shape: tuple[int, ...], dtype: torch.dtype, group: dist.ProcessGroup,
                  device: torch.device):
         self.local = symm_mem.empty(shape, dtype=dtype, device=device)
         self.handle = symm_mem.rendezvous(self.local, group.group_name)
-        self.shape, self.dtype = shape, dtype
         self.ptrs = torch.tensor(self.handle.buffer_ptrs, dtype=torch.int64, device=device)
-
-    def peer(self, rank: int) -> torch.Tensor:
-        if rank == self.handle.rank:
-            return self.local
-        return self.handle.get_buffer(rank, self.shape, self.dtype)
 
     @property
     def nbytes(self) -> int:
