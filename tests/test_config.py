@@ -29,6 +29,7 @@ def test_worked_example():
     ("max_tokens_per_rank", 2**30, ValueError, "max_tokens_per_rank=1073741824"),
     ("dtype", torch.int8, TypeError, "dtype must be one of"),
     ("layout", "dense", ValueError, "layout must be one of"),
+    ("sync", "flag", ValueError, "sync must be one of"),
     ("timeout_s", 0, ValueError, "timeout_s must be > 0"),
 ])
 def test_bad_field_is_named(field, value, error, words):

@@ -89,6 +89,9 @@ class Buffer:
         backend: ``"reference"`` (torch.distributed collectives), ``"cuda"`` (NVLink symmetric
             memory, one node) or ``"auto"`` (the reference, for now).
         layout: ``"compact"`` (prefill, training) or ``"padded"`` (decode, fixed shapes).
+        sync: how a receiver learns that rows arrived (``ubep.protocol``): ``"sw"``
+            (stop-and-wait), ``"tff"`` (token-flag fusion), ``"dc"`` (data checksum) or ``"sp"``
+            (sentinel polling). Results are identical in every mode; the reference ignores it.
         device: where tensors live; by default derived from the group (gloo: CPU, NCCL: CUDA).
         timeout_s: how long any collective may wait for peers before raising ``EPCommError``.
         check_inputs: also check index values (range, duplicates); costs one host sync.
@@ -106,6 +109,7 @@ class Buffer:
         dtype: torch.dtype = torch.bfloat16,
         backend: str = "auto",
         layout: str = "compact",
+        sync: str = "tff",
         device: torch.device | str | None = None,
         timeout_s: float = 60.0,
         check_inputs: bool = True,
@@ -125,6 +129,7 @@ class Buffer:
             max_tokens_per_rank=max_tokens_per_rank,
             dtype=dtype,
             layout=layout,
+            sync=sync,
             timeout_s=timeout_s,
             check_inputs=check_inputs,
         )

@@ -13,6 +13,7 @@ import torch
 from ubep.checks import check_int
 
 LAYOUTS = ("compact", "padded")
+SYNC_MODES = ("sw", "tff", "dc", "sp")  # ubep.protocol.MODES; the reference backend ignores it
 REDUCTIONS = ("source", "expert_rank")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -41,6 +42,7 @@ class EPConfig:
     max_tokens_per_rank: int
     dtype: torch.dtype
     layout: str = "compact"
+    sync: str = "tff"
     timeout_s: float = 60.0
     check_inputs: bool = True
 
@@ -61,6 +63,8 @@ class EPConfig:
             raise TypeError(f"dtype must be one of {DTYPES}, got {self.dtype}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.sync not in SYNC_MODES:
+            raise ValueError(f"sync must be one of {SYNC_MODES}, got {self.sync!r}")
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         worst_rows = self.num_local_experts * self.expert_capacity
