@@ -3,12 +3,13 @@
     python benchmarks/bench_ep.py --out bench-out            # every visible GPU, default shapes
 
 One run measures, per routing case: the ubep backends (reference on NCCL, cuda on NVLink symmetric
-memory; dispatch, combine with each reduction), NCCL's
+memory, in each sync mode; dispatch, combine with each reduction), NCCL's
 ``all_to_all_single`` sending every (token, expert) pair (the naive per-expert all-to-all), and once
 per run a large peer-to-peer copy between GPU 0 and GPU 1 as the link ceiling. Times come from CUDA
 events after a warm-up; each figure is the median over the iterations with the min-max spread, on
 rank 0, plus the slowest rank's median. Bytes are those that crossed between rank 0 and the other
-ranks: for dispatch what rank 0 sent, for combine what came back to rank 0. Writes
+ranks: for dispatch what rank 0 sent, for combine what came back to rank 0. ``programs`` is the
+cuda backend's grid (thread blocks, each on one SM at a time; at most that many SMs). Writes
 ``results.csv`` and ``results.md`` under ``--out`` and prints the table.
 """
 
@@ -81,26 +82,31 @@ def bench_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
             w = origin_weights(rank, tokens, args.top_k).to(dev)
             case = {"tokens": tokens, "maxvio": maxvio}
             wire = None
-            for backend, layout in [(b, lay) for b in args.backends for lay in args.layouts]:
+            for backend, sync, layout in _variants(args):
                 if layout == "padded" and tokens > PADDED_MAX_TOKENS:
                     continue
                 buf = ubep.Buffer(hidden=args.hidden, num_experts=args.experts, top_k=args.top_k,
                                   max_tokens_per_rank=tokens, dtype=torch.bfloat16,
-                                  backend=backend, layout=layout, check_inputs=False)
+                                  backend=backend, layout=layout, sync=sync, check_inputs=False)
                 res = buf.dispatch(x, idx, w)
                 wire = res.handle.wire or wire  # the CUDA backend does not count (no host sync)
-                name = f"{backend}/{layout}"
+                name = f"{backend}/{layout}" + (f"/{sync}" if backend == "cuda" else "")
+                programs = buf._backend.programs(tokens) if backend == "cuda" else None
                 rows.append({**case, "what": f"{name} dispatch", "bytes": wire.total_bytes,
+                             "programs": programs,
                              "us": _time(lambda b=buf, x=x, i=idx, w=w: b.dispatch(x, i, w),
                                          args.iters, args.warmup)})
                 for reduce in ("source", "expert_rank"):
                     out_bytes = (wire.pairs_sent if reduce == "source" else wire.tokens_sent) \
                         * args.hidden * 2
                     rows.append({**case, "what": f"{name} combine {reduce}", "bytes": out_bytes,
+                                 "programs": programs,
                                  "us": _time(lambda b=buf, r=res, red=reduce: b.combine(
                                      r.recv_x, r.handle, reduce=red), args.iters, args.warmup)})
                 if (backend, layout) == ("cuda", "padded"):
-                    rows += _graph_rows(buf, x, idx, w, case, wire, args)
+                    rows += _graph_rows(buf, x, idx, w, case, wire, name, programs, args)
+                del buf, res
+                torch.cuda.empty_cache()
             rows.append({**case, "what": "nccl a2a per expert", "bytes": wire.naive_token_bytes,
                          "us": _naive_a2a(x, idx, args, world)})
     return rows
@@ -119,16 +125,25 @@ def _graphed(fn):
     return graph, out
 
 
-def _graph_rows(buf, x, idx, w, case: dict, wire, args) -> list[dict]:
+def _variants(args) -> list[tuple[str, str, str]]:
+    """``(backend, sync, layout)`` to time; the reference ignores the sync mode."""
+    out = []
+    for backend in args.backends:
+        for sync in (args.syncs if backend == "cuda" else ["sw"]):
+            out += [(backend, sync, layout) for layout in args.layouts]
+    return out
+
+
+def _graph_rows(buf, x, idx, w, case: dict, wire, name: str, programs, args) -> list[dict]:
     """The padded layout's dispatch and combines timed as CUDA-graph replays (no launch cost)."""
     dispatch_graph, res = _graphed(lambda: buf.dispatch(x, idx, w))
-    rows = [{**case, "what": "cuda/padded graph dispatch", "bytes": wire.total_bytes,
-             "us": _time(dispatch_graph.replay, args.iters, args.warmup)}]
+    rows = [{**case, "what": f"{name} graph dispatch", "bytes": wire.total_bytes,
+             "programs": programs, "us": _time(dispatch_graph.replay, args.iters, args.warmup)}]
     for reduce in ("source", "expert_rank"):
         graph, _ = _graphed(lambda red=reduce: buf.combine(res.recv_x, res.handle, reduce=red))
         out_bytes = (wire.pairs_sent if reduce == "source" else wire.tokens_sent) * args.hidden * 2
-        rows.append({**case, "what": f"cuda/padded graph combine {reduce}", "bytes": out_bytes,
-                     "us": _time(graph.replay, args.iters, args.warmup)})
+        rows.append({**case, "what": f"{name} graph combine {reduce}", "bytes": out_bytes,
+                     "programs": programs, "us": _time(graph.replay, args.iters, args.warmup)})
     return rows
 
 
@@ -157,7 +172,8 @@ def summarize(per_rank: list[list[dict]], ceiling: float, world: int) -> list[di
                       "what": row["what"], "median_us": round(med, 1),
                       "min_us": round(min(us), 1), "max_us": round(max(us), 1),
                       "slowest_rank_us": round(slowest, 1), "bytes_rank0": row["bytes"],
-                      "GBps": round(gbps, 1), "pct_link": round(100 * gbps / ceiling, 1)})
+                      "GBps": round(gbps, 1), "pct_link": round(100 * gbps / ceiling, 1),
+                      "programs": row.get("programs") or ""})
     return table
 
 
@@ -172,6 +188,7 @@ def main() -> int:
     p.add_argument("--layouts", nargs="+", default=["compact", "padded"])
     p.add_argument("--backends", nargs="+", default=["reference", "cuda"],
                    help="the reference comes first: its handle counts the bytes")
+    p.add_argument("--syncs", nargs="+", default=["sw", "tff"], help="sync modes of the cuda backend")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("bench-out"))

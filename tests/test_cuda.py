@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.test_dispatch_combine import cases_for
-from tests.workers import graph_replay_case, run_cases
+from tests.workers import graph_replay_case, run_cases, stress_case, timeout_case
 from ubep.launch import run_ranks
 
 pytestmark = pytest.mark.cuda
@@ -20,11 +20,27 @@ WORLDS = [w for w in (2, 4, 8) if w <= max(GPUS, 2)]
 
 
 @pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")
-@pytest.mark.parametrize("backend", ["reference", "cuda"])
+@pytest.mark.parametrize(("backend", "sync"), [("reference", "tff"), ("cuda", "sw"), ("cuda", "tff")])
 @pytest.mark.parametrize("world", WORLDS)
-def test_matches_oracle(world, backend):
-    cases = [dataclasses.replace(c, backend=backend) for c in cases_for(world)]
+def test_matches_oracle(world, backend, sync):
+    cases = [dataclasses.replace(c, backend=backend, sync=sync) for c in cases_for(world)]
     run_ranks(run_cases, world, cases, pg_backend="nccl", timeout_s=600)
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")
+@pytest.mark.parametrize("layout", ["compact", "padded"])
+@pytest.mark.parametrize("sync", ["sw", "tff"])
+def test_stress_has_no_mismatch(sync, layout):
+    """2000 calls with random data, routing and per-rank delays, reusing the buffers."""
+    mismatches = run_ranks(stress_case, 2, sync, layout, 2000, pg_backend="nccl", timeout_s=600)
+    assert mismatches == [0, 0]
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")
+def test_wait_times_out_with_a_clear_error():
+    message = run_ranks(timeout_case, 2, pg_backend="nccl", timeout_s=120)[0]
+    assert "ubep rank 0: phase 'dispatch: wait for counts and routes'" in message, message
+    assert "waiting on rank 1" in message and "did not complete within 1 s" in message, message
 
 
 @pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")

@@ -31,6 +31,7 @@ class Case:
     grads: bool = True
     max_tokens: int = 0  # 0: max(tokens)
     backend: str = "reference"
+    sync: str = "tff"
 
 
 def case_inputs(case: Case, rank: int):
@@ -97,7 +98,7 @@ def run_case(rank: int, world_size: int, case: Case) -> dict:
     max_tokens = case.max_tokens or max(max(case.tokens), 1)
     buf = ubep.Buffer(hidden=case.hidden, num_experts=case.num_experts, top_k=case.top_k,
                       max_tokens_per_rank=max_tokens, dtype=dtype, layout=case.layout,
-                      profile=True, timeout_s=60, backend=case.backend)
+                      profile=True, timeout_s=20, backend=case.backend, sync=case.sync)
     cfg = buf.config
     x, idx, w = (t.to(buf.device) for t in inputs[rank])
     x = x.clone().requires_grad_(case.grads)
@@ -222,3 +223,63 @@ def graph_replay_case(rank: int, world_size: int) -> None:
         torch.cuda.synchronize()
         _check_equal(f"graph replay {trial}: recv_x", captured_recv, eager_recv.cpu())
         _check_equal(f"graph replay {trial}: y", captured_y, eager_y.cpu())
+
+
+def stress_case(rank: int, world_size: int, sync: str, layout: str, iters: int) -> int:
+    """``iters`` dispatch + combine calls on one CUDA buffer, each on one of four precomputed input
+    sets picked at random (so buffers and slots are reused with changing data and routing), after a
+    random per-rank GPU delay; returns how many results differed from the oracle's."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    experts, hidden, top_k, tm = 8 * world_size, 264, 4, 40
+    buf = ubep.Buffer(hidden=hidden, num_experts=experts, top_k=top_k, max_tokens_per_rank=tm,
+                      dtype=torch.bfloat16, layout=layout, sync=sync, backend="cuda",
+                      check_inputs=False, timeout_s=20)
+    variants = []
+    for v in range(4):
+        tokens = tuple((7 * s + 11 * v) % (tm + 1) for s in range(world_size))
+        case = Case(tokens=tokens, hidden=hidden, num_experts=experts, top_k=top_k,
+                    maxvio=(0.0, 1.0, 3.0, 0.0)[v], drop=0.1 * (v % 2), seed=v)
+        xs, idxs, ws = (list(t) for t in zip(*[case_inputs(case, s) for s in range(world_size)],
+                                              strict=True))
+        want_x, want_tpe, _ = oracle.dispatch(xs, idxs, ws, rank, world_size, experts)
+        outs = oracle.expert_outputs(idxs, lambda s, t, k, e, xs=xs: xs[s][t])
+        want_y = oracle.combine(outs, idxs, ws, rank, world_size, experts, "source", True, hidden,
+                                torch.bfloat16)
+        variants.append(((xs[rank].to(dev), idxs[rank].to(dev), ws[rank].to(dev)),
+                         want_x.to(dev), want_tpe.tolist(), want_y.to(dev)))
+    pick = torch.Generator().manual_seed(1234)  # the same input set on every rank
+    delay = torch.Generator().manual_seed(99 + rank)  # different delays per rank
+    mismatches = torch.zeros((), dtype=torch.int64, device=dev)
+    for _ in range(iters):
+        (x, idx, w), want_x, want_tpe, want_y = variants[int(torch.randint(4, (1,), generator=pick))]
+        torch.cuda._sleep(int(torch.randint(0, 20000, (1,), generator=delay)))
+        res = buf.dispatch(x, idx, w)
+        recv = res.recv_x
+        if layout == "padded":
+            recv = torch.cat([recv[j, :n] for j, n in enumerate(want_tpe)])
+        torch.cuda._sleep(int(torch.randint(0, 20000, (1,), generator=delay)))
+        y = buf.combine(res.recv_x, res.handle)
+        if recv.shape != want_x.shape:
+            mismatches += 1
+        else:  # compared on the device, so calls keep queueing without a host round trip
+            mismatches += (recv != want_x).any().long() + (y != want_y).any().long()
+    buf.synchronize()
+    return int(mismatches)
+
+
+def timeout_case(rank: int, world_size: int) -> str:
+    """Rank 0 dispatches alone: its wait for rank 1 must end in an EPCommError, not a hang."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    buf = ubep.Buffer(hidden=64, num_experts=4, top_k=2, max_tokens_per_rank=8,
+                      dtype=torch.bfloat16, layout="padded", backend="cuda", timeout_s=1)
+    message = ""
+    if rank == 0:
+        idx = torch.tensor([[0, 3]] * 8, device=dev)
+        buf.dispatch(torch.ones(8, 64, dtype=torch.bfloat16, device=dev), idx,
+                     torch.ones(8, 2, device=dev))
+        try:
+            buf.synchronize()
+        except ubep.EPCommError as err:
+            message = str(err)
+    torch.distributed.barrier()
+    return message

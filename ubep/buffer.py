@@ -153,6 +153,12 @@ class Buffer:
     def reset_phase_times(self) -> None:
         self._backend.timer.reset()
 
+    def synchronize(self) -> None:
+        """Wait for this rank's queued dispatch and combine work. Raises ``EPCommError`` (naming the
+        rank, the phase and the peer) if a wait on the device timed out; the cuda backend also raises
+        it at the next call."""
+        self._backend.synchronize()
+
     # -- public calls ----------------------------------------------------------------------------
 
     def dispatch(

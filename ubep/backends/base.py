@@ -107,3 +107,9 @@ class Backend(ABC):
     @abstractmethod
     def return_pair_values(self, values_R: torch.Tensor, handle: Handle) -> torch.Tensor:
         """``[num_rows]`` fp32 per receive row back to the source's slots: ``[T, K]`` fp32, 0 at ``-1``."""
+
+    def synchronize(self) -> None:
+        """Wait for this rank's queued work; backends whose waits run on the device raise
+        :class:`EPCommError` here when one of them timed out."""
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()

@@ -1,60 +1,63 @@
-"""The CUDA backend, first version: one node of W GPUs over NVLink symmetric memory.
+"""The CUDA backend: one node of W GPUs over NVLink symmetric memory, synchronized by the data.
 
-Per dispatch (all on the current stream, no host synchronization in the padded layout; the kernels
-are in ``dispatch_kernels``):
+A dispatch is one kernel (``dispatch_kernels``; the compact layout launches it twice, around the one
+host synchronization that sizes its output) and a combine is one kernel (``combine_kernels``). Their
+program groups run at once and meet only through per-source records and per-row arrival rules
+(``sync``, ``wire``): no barrier, no host synchronization in the padded layout, so a dispatch and a
+combine can be captured in a CUDA graph and replayed. Results equal the reference backend's bit for
+bit in every sync mode.
 
-1. barrier; ``count_and_order`` counts the pairs per expert, orders each expert's pairs, and writes
-   this rank's row of the count matrix (``[E]`` counts and its token count) into every rank;
-   barrier;
-2. ``row_base`` turns the full count matrix into this source's first receive row per expert
-   (``ubep.layout``: the deterministic mapping); ``send`` writes, for every token, its routing row
-   (the rows of its pairs held by a rank, or -1, and its gate weights) into every rank's staging
-   area, and the token itself once into each rank that holds one of its experts (relay); barrier;
-3. ``replicate`` copies every staged token into the receive rows of its local experts.
-
-Combine (``combine_kernels``) sends each pair's output (``reduce="source"``) or each rank's partial
-sum (``reduce="expert_rank"``) straight into the source's symmetric buffer, and the source sums in
-fp32 with round-to-nearest multiplies and adds that no compiler can fuse, in the contract's order, so
-the results equal the reference backend's bit for bit.
-
-This version synchronizes with full barriers (three per dispatch, two per combine) and has no
-Data-as-Flag, worker groups or scheduler yet: it is the correct, graph-capturable baseline those will
-speed up.
+Each direction has its own buffer set (symmetric buffers with two slots by call parity, and a device
+epoch counter): dispatch and ``dispatch_like`` share one, combine and ``return_pair_values`` the other.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import triton
 
-from ubep.backends.base import Backend, Handle
+from ubep.backends.base import Backend, EPCommError, Handle
 from ubep.backends.cuda import combine_kernels as ck
 from ubep.backends.cuda import dispatch_kernels as dk
-from ubep.backends.cuda.kernels import copy_rows, put_rows, row_block
+from ubep.backends.cuda import sync, wire
 from ubep.backends.cuda.symm import SymmetricBuffer, enable_for
 from ubep.config import EPConfig
 
-# PTX rounding instructions in the combine sums; Triton's CPU interpreter cannot run PTX.
-EXACT_ARITHMETIC = os.environ.get("TRITON_INTERPRET") != "1"
+INT_VIEW = {2: torch.int16, 4: torch.int32}  # rows move as integers of their element width
+CHUNK_BYTES = 4096  # bytes of a row a program moves per step
+MAX_PAIR_BLOCK = 1024
 
 
 @dataclass(frozen=True, eq=False)
 class Routes:
     """Where a dispatch's rows went, on both sides.
 
-    Source side: ``valid_TK`` bool ``[T, K]`` (``topk_idx >= 0``); ``sent_WT`` bool ``[W, T]``,
-    token ``t`` crossed to rank ``r``. Destination side: ``rows_WMK`` int64 ``[W, T_max, K]``, the
-    receive row of pair ``k`` of source ``s``'s token ``t``, or -1; ``weights_WMK`` fp32, its weight.
+    Source side: ``idx_P`` int64 ``[T * K]`` (the expert of each pair, -1 for none); ``sent_WT`` int8
+    ``[W, T_max]``, token ``t`` went to rank ``r``. Destination side: ``rows_WMK`` int64 ``[W, T_max,
+    K]``, the receive row of pair ``k`` of source ``s``'s token ``t``, or -1; ``weights_WMK`` fp32, its
+    weight.
     """
 
-    valid_TK: torch.Tensor
+    idx_P: torch.Tensor
     sent_WT: torch.Tensor
     rows_WMK: torch.Tensor
     weights_WMK: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Workers:
+    """Programs per group of one launch (each program is one thread block on one SM)."""
+
+    count: int
+    send: int
+    recv: int
+
+    @property
+    def total(self) -> int:
+        return self.count + self.send + self.recv
 
 
 class CudaBackend(Backend):
@@ -65,131 +68,171 @@ class CudaBackend(Backend):
         group = group or dist.group.WORLD
         enable_for(group)
         cfg = config
-        w, tm, k, h = cfg.world_size, cfg.max_tokens_per_rank, cfg.top_k, cfg.hidden
+        w, tm, k, el = cfg.world_size, cfg.max_tokens_per_rank, cfg.top_k, cfg.num_local_experts
+        es = cfg.dtype.itemsize
+        self.mode = wire.MODE_CODES[cfg.sync]
+        self.int_view = INT_VIEW[es]
+        self.rows_max = max(tm * k, w * tm)
+        be, fe, nb = wire.geometry(cfg.sync, cfg.hidden, es)
+        i64 = torch.int64
+        shapes = {
+            "stage": ((2, w, tm, nb * be), self.int_view), "route": ((2, w, tm * k, 4), i64),
+            "count": ((2, w, el + 1), i64), "sig": ((2, w), i64), "ack": ((w,), i64),
+            "back": ((2, self.rows_max, nb * be), self.int_view), "back_sig": ((2, w), i64),
+            "back_ack": ((w,), i64),
+        }
+        self.sym = {name: SymmetricBuffer(shape, dtype, group, device)
+                    for name, (shape, dtype) in shapes.items()}
+        for buf in self.sym.values():
+            buf.local.zero_()  # epoch 0 is never used: zeroed flags and records match no call
+        self.sym["sig"].barrier(int(cfg.timeout_s * 1000))  # every rank zeroed before any peer writes
+        self.symmetric_bytes = sum(b.nbytes for b in self.sym.values())
+        self.dispatch_state = torch.zeros(sync.STATE_WORDS, dtype=i64, device=device)
+        self.combine_state = torch.zeros(sync.STATE_WORDS, dtype=i64, device=device)
+        self.base = torch.empty(w, el, dtype=i64, device=device)
+        self.errors = torch.zeros(3, dtype=i64, pin_memory=True)  # written by timed-out waits
+        self.timeout_ns = int(cfg.timeout_s * 1e9)
+        self.k_block = triton.next_power_of_2(max(k, w))
 
-        def buf(shape, dtype):
-            return SymmetricBuffer(shape, dtype, group, device)
+    # -- errors -----------------------------------------------------------------------------------
 
-        self.meta = buf((w, cfg.num_experts + 1), torch.int64)
-        self.stage_x = buf((w * tm, h), cfg.dtype)
-        self.stage_route = buf((w * tm, 2 * k), torch.int32)
-        self.back_x = buf((max(tm * k, w * tm), h), cfg.dtype)
-        self.back_vals = buf((tm * k, 1), torch.float32)
-        self.symmetric_bytes = sum(b.nbytes for b in (self.meta, self.stage_x, self.stage_route,
-                                                      self.back_x, self.back_vals))
-        self.timeout_ms = int(cfg.timeout_s * 1000)
-        # Pair slots of the [W, T_max, K] grid of received pairs.
-        self.slot_pairs = torch.arange(w * tm * k, device=device)
+    def _check_errors(self) -> None:
+        code, peer, epoch = self.errors.tolist()
+        if code:
+            raise EPCommError(
+                f"ubep rank {self.config.rank}: phase '{sync.PHASES[code]}' (call {epoch}, waiting on "
+                f"rank {peer}) did not complete within {self.config.timeout_s} s; this Buffer's device "
+                f"state is no longer consistent, create a new one")
 
-    def _barrier(self) -> None:
-        self.meta.barrier(self.timeout_ms)
+    def synchronize(self) -> None:
+        super().synchronize()
+        self._check_errors()
+
+    # -- launch helpers ---------------------------------------------------------------------------
+
+    def _workers(self, num_tokens: int) -> Workers:
+        cfg = self.config
+        return Workers(count=min(cfg.num_experts, 32), send=max(1, min(num_tokens, 32)),
+                       recv=min(cfg.world_size * cfg.max_tokens_per_rank, 64))
+
+    def programs(self, num_tokens: int) -> int:
+        """Thread blocks of a dispatch of ``num_tokens`` tokens (at most that many SMs busy)."""
+        return self._workers(num_tokens).total
+
+    def _row_meta(self, hidden: int, elem_bytes: int) -> dict:
+        """Compile-time geometry of rows of ``hidden`` elements of ``elem_bytes`` bytes."""
+        be, fe, nb = wire.geometry(self.config.sync, hidden, elem_bytes)
+        chunk = min(triton.next_power_of_2(nb), max(1, CHUNK_BYTES // (be * elem_bytes)))
+        return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "NB_BLOCK": triton.next_power_of_2(nb),
+                "CB": chunk}
+
+    def _dispatch_launch(self, workers: Workers, x_bits, idx, weights, sent, out_bits, out_w, rows,
+                         pair_w, tpe, *, like: bool, replicate: bool, final: bool) -> None:
+        cfg, sym = self.config, self.sym
+        sw = cfg.sync == "sw"
+        writers = workers.count + (workers.send if sw else 0)
+        capacity = cfg.expert_capacity if cfg.layout == "padded" else 0
+        dk.dispatch[(workers.total,)](
+            x_bits, idx, weights, x_bits.shape[0], sym["stage"].ptrs, sym["route"].ptrs,
+            sym["count"].ptrs, sym["sig"].ptrs, sym["ack"].ptrs, self.dispatch_state, self.base, sent,
+            out_bits, out_w, rows, pair_w, tpe, cfg.rank, cfg.max_tokens_per_rank, capacity,
+            self.timeout_ns, self.errors.data_ptr(), workers.count, workers.send, workers.recv,
+            writers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
+            W_BLOCK=triton.next_power_of_2(cfg.world_size),
+            L_BLOCK=triton.next_power_of_2(cfg.num_local_experts), TOP_K=cfg.top_k,
+            K_BLOCK=self.k_block, PAIR_BLOCK=min(MAX_PAIR_BLOCK, triton.next_power_of_2(
+                cfg.max_tokens_per_rank * cfg.top_k)),
+            MODE=self.mode, LIKE=like, RECORDS=(not like) or sw, REPLICATE=replicate, FINAL=final,
+            **self._row_meta(cfg.hidden, cfg.dtype.itemsize))
+
+    def _combine_launch(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
+                        weighted: bool, gather: bool) -> None:
+        cfg, sym = self.config, self.sym
+        workers = self._workers(num_tokens)
+        bits = rows_RF.view(INT_VIEW[rows_RF.element_size()])
+        ck.combine[(workers.send + workers.recv,)](
+            rows_RF, bits, routes.rows_WMK, routes.weights_WMK, routes.idx_P, source_w,
+            routes.sent_WT, num_tokens, sym["back"].ptrs, sym["back_sig"].ptrs, sym["back_ack"].ptrs,
+            self.combine_state, y, cfg.rank, cfg.max_tokens_per_rank, self.rows_max,
+            self.timeout_ns, self.errors.data_ptr(), workers.send, workers.recv,
+            WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k,
+            K_BLOCK=self.k_block, MODE=self.mode, PARTIAL=partial, WEIGHTED=weighted and partial,
+            SUM_WEIGHTED=weighted and not partial, GATHER=gather,
+            **self._row_meta(rows_RF.shape[1], rows_RF.element_size()))
 
     # -- dispatch ---------------------------------------------------------------------------------
 
     def dispatch(self, x_TH, topk_idx_TK, topk_weights_TK):
-        cfg, rank, w, k = self.config, self.config.rank, self.config.world_size, self.config.top_k
-        e, tm, hidden = cfg.num_experts, cfg.max_tokens_per_rank, cfg.hidden
+        self._check_errors()
+        cfg, dev = self.config, self.device
+        w, tm, k, hidden = cfg.world_size, cfg.max_tokens_per_rank, cfg.top_k, cfg.hidden
         num_tokens = x_TH.shape[0]
+        x_bits = x_TH.contiguous().view(self.int_view)
         idx = topk_idx_TK.long().contiguous().view(-1)
         weights = topk_weights_TK.detach().float().contiguous().view(-1)
-        k_block, block = triton.next_power_of_2(k), row_block(x_TH)
-        with self.timer.phase("dispatch: count exchange"):
-            order = torch.empty(num_tokens * k, dtype=torch.int64, device=self.device)
-            self._barrier()
-            dk.count_and_order[(e,)](idx, num_tokens * k, num_tokens, order, self.meta.ptrs, rank,
-                                     WORLD=w, MAX_PAIRS=tm * k, num_experts=e,
-                                     BLOCK=min(1024, triton.next_power_of_2(tm * k)))
-            self._barrier()
-        with self.timer.phase("dispatch: token send"):
-            capacity = cfg.expert_capacity if cfg.layout == "padded" else 0
-            base = torch.empty(e, dtype=torch.int64, device=self.device)
-            dk.row_base[(e,)](self.meta.local, base, rank, capacity, WORLD=w,
-                              NUM_LOCAL=cfg.num_local_experts,
-                              LOCAL_BLOCK=triton.next_power_of_2(cfg.num_local_experts),
-                              num_experts=e)
-            sent = torch.empty(w, num_tokens, dtype=torch.int8, device=self.device)
-            if num_tokens:
-                dk.send[(num_tokens, w)](x_TH.contiguous(), idx, weights, order, base,
-                                         self.stage_x.ptrs, self.stage_route.ptrs, sent, rank,
-                                         num_tokens, tm, cfg.num_local_experts, top_k=k,
-                                         K_BLOCK=k_block, hidden=hidden, BLOCK=block)
-            self._barrier()
-        with self.timer.phase("dispatch: reorder"):
-            tokens_per_expert = self.meta.local[:, cfg.local_experts.start : cfg.local_experts.stop]
-            tokens_per_expert = tokens_per_expert.sum(0)
-            num_rows = cfg.num_local_experts * capacity if capacity else int(tokens_per_expert.sum())
-            out = x_TH.new_empty(num_rows, hidden)  # compact: every row written; padded: padding is not
-            row_weights = torch.zeros(num_rows, dtype=torch.float32, device=self.device)
-            rows = torch.empty(w, tm, k, dtype=torch.int64, device=self.device)
-            pair_weights = torch.empty(w, tm, k, dtype=torch.float32, device=self.device)
-            dk.replicate[(w, tm)](self.stage_x.local, self.stage_route.local, self.meta.local, out,
-                                  row_weights, rows, pair_weights, tm, e, top_k=k, K_BLOCK=k_block,
-                                  hidden=hidden, BLOCK=block)
-        routes = Routes(topk_idx_TK >= 0, sent.bool(), rows, pair_weights)
-        handle = Handle(cfg, num_tokens, topk_weights_TK, row_weights, tokens_per_expert, num_rows,
-                        None, routes)
+        sent = torch.empty(w, tm, dtype=torch.int8, device=dev)
+        rows = torch.empty(w, tm, k, dtype=torch.int64, device=dev)
+        pair_w = torch.empty(w, tm, k, dtype=torch.float32, device=dev)
+        tpe = torch.empty(cfg.num_local_experts, dtype=torch.int64, device=dev)
+        workers = self._workers(num_tokens)
+        common = (x_bits, idx, weights, sent)
+        if cfg.layout == "padded":
+            num_rows = cfg.num_local_experts * cfg.expert_capacity
+            out = x_TH.new_empty(num_rows, hidden)  # padding rows are not written
+            row_weights = torch.zeros(num_rows, dtype=torch.float32, device=dev)
+            with self.timer.phase("dispatch"):
+                self._dispatch_launch(workers, *common, out.view(self.int_view), row_weights, rows,
+                                      pair_w, tpe, like=False, replicate=True, final=True)
+        else:
+            with self.timer.phase("dispatch: count exchange"):
+                self._dispatch_launch(Workers(workers.count, workers.send, 1), *common, x_bits,
+                                      weights, rows, pair_w, tpe, like=False, replicate=False,
+                                      final=False)
+                num_rows = int(tpe.sum())  # the compact layout's one host synchronization
+            out = x_TH.new_empty(num_rows, hidden)
+            row_weights = torch.empty(num_rows, dtype=torch.float32, device=dev)
+            with self.timer.phase("dispatch: reorder"):
+                self._dispatch_launch(Workers(0, 0, workers.recv), *common, out.view(self.int_view),
+                                      row_weights, rows, pair_w, tpe, like=False, replicate=True,
+                                      final=True)
+        routes = Routes(idx, sent, rows, pair_w)
+        handle = Handle(cfg, num_tokens, topk_weights_TK, row_weights, tpe, num_rows, None, routes)
         recv_w = row_weights.clone().view(handle.rows_shape())
         return out.view(handle.rows_shape(hidden)), recv_w, handle
 
     def dispatch_like(self, x_TH, handle):
-        """Tokens once to each rank holding one of their experts (as the handle's dispatch sent
-        them), then into the receive rows the handle recorded."""
-        cfg, tm, w = self.config, self.config.max_tokens_per_rank, self.config.world_size
-        num_tokens, routes = x_TH.shape[0], handle.routes
-        with self.timer.phase("dispatch: token send"):
-            ranks = torch.arange(w, device=self.device).repeat_interleave(num_tokens)
-            tokens = torch.arange(num_tokens, device=self.device).repeat(w)
-            self._barrier()
-            put_rows(x_TH.contiguous(), tokens, self.stage_x.ptrs,
-                     torch.where(routes.sent_WT.reshape(-1), ranks, -1), cfg.rank * tm + tokens)
-            self._barrier()
-        with self.timer.phase("dispatch: reorder"):
-            out = x_TH.new_zeros(handle.num_rows, x_TH.shape[1])
-            copy_rows(self.stage_x.local, self.slot_pairs // cfg.top_k, out,
-                      routes.rows_WMK.reshape(-1))
-        return out.view(handle.rows_shape(x_TH.shape[1]))
+        """New rows along the handle's routes: once to each rank the dispatch sent the token to,
+        then into the receive rows it recorded."""
+        self._check_errors()
+        routes, hidden = handle.routes, x_TH.shape[1]
+        x_bits = x_TH.contiguous().view(self.int_view)
+        out = x_TH.new_zeros(handle.num_rows, hidden)
+        workers = self._workers(handle.num_tokens)
+        with self.timer.phase("dispatch"):
+            self._dispatch_launch(Workers(0, workers.send, workers.recv), x_bits, routes.idx_P,
+                                  routes.weights_WMK, routes.sent_WT, out.view(self.int_view),
+                                  routes.weights_WMK, routes.rows_WMK, routes.weights_WMK,
+                                  handle.tokens_per_expert, like=True, replicate=True, final=True)
+        return out.view(handle.rows_shape(hidden))
 
     # -- combine ----------------------------------------------------------------------------------
 
-    def _return_pairs(self, src_RF, target: SymmetricBuffer, handle: Handle) -> None:
-        """Each received pair's row of ``src_RF`` goes to its source's ``target`` at ``t * K + k``."""
-        tm, k = self.config.max_tokens_per_rank, self.config.top_k
-        rows = handle.routes.rows_WMK.reshape(-1)
-        source = self.slot_pairs // (tm * k)
-        slot = self.slot_pairs % (tm * k)
-        self._barrier()
-        put_rows(src_RF, rows.clamp(min=0), target.ptrs, torch.where(rows >= 0, source, -1), slot)
-        self._barrier()
-
     def combine(self, expert_out, handle, reduce, weighted):
-        cfg, k, tm, w = self.config, self.config.top_k, self.config.max_tokens_per_rank, \
-            self.config.world_size
-        hidden, num_tokens, routes = expert_out.shape[-1], handle.num_tokens, handle.routes
+        self._check_errors()
+        hidden, num_tokens = expert_out.shape[-1], handle.num_tokens
         rows_RH = expert_out.reshape(handle.num_rows, hidden).contiguous()
-        partial = reduce == "expert_rank"
-        block = row_block(rows_RH)
-        with self.timer.phase("combine: send"):
-            self._barrier()
-            ck.send_back[(w, tm)](rows_RH, routes.rows_WMK, routes.weights_WMK, self.back_x.ptrs,
-                                  cfg.rank, tm, top_k=k, K_BLOCK=triton.next_power_of_2(k),
-                                  hidden=hidden, BLOCK=block, PARTIAL=partial,
-                                  WEIGHTED=weighted, EXACT=EXACT_ARITHMETIC)
-            self._barrier()
-        with self.timer.phase("combine: reduce"):
-            y = expert_out.new_empty(num_tokens, hidden)
-            if num_tokens and partial:
-                ck.reduce_slots[(num_tokens,)](self.back_x.local, 1, tm, routes.sent_WT, 1,
-                                               num_tokens, routes.sent_WT, y, NUM=w, hidden=hidden,
-                                               BLOCK=block, WEIGHTED=False, EXACT=EXACT_ARITHMETIC)
-            elif num_tokens:
-                weights = handle.topk_weights.detach().float().contiguous()
-                ck.reduce_slots[(num_tokens,)](self.back_x.local, k, 1, routes.valid_TK, k, 1,
-                                               weights, y, NUM=k, hidden=hidden, BLOCK=block,
-                                               WEIGHTED=weighted, EXACT=EXACT_ARITHMETIC)
-            return y
+        y = expert_out.new_empty(num_tokens, hidden)
+        source_w = handle.topk_weights.detach().float().contiguous()
+        with self.timer.phase("combine"):
+            self._combine_launch(rows_RH, handle.routes, num_tokens, source_w, y,
+                                 partial=reduce == "expert_rank", weighted=weighted, gather=False)
+        return y
 
     def return_pair_values(self, values_R, handle):
-        k, num_tokens = self.config.top_k, handle.num_tokens
-        self._return_pairs(values_R.float().reshape(-1, 1).contiguous(), self.back_vals, handle)
-        vals = self.back_vals.local[: num_tokens * k, 0].view(num_tokens, k)
-        return torch.where(handle.routes.valid_TK, vals, 0.0)
+        self._check_errors()
+        k, num_tokens, routes = self.config.top_k, handle.num_tokens, handle.routes
+        values = values_R.float().reshape(-1, 1).contiguous()
+        y = torch.empty(num_tokens, k, 1, dtype=torch.float32, device=self.device)
+        self._combine_launch(values, routes, num_tokens, values, y, partial=False, weighted=False,
+                             gather=True)
+        return torch.where(routes.idx_P.view(num_tokens, k) >= 0, y.view(num_tokens, k), 0.0)

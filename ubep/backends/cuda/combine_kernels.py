@@ -1,16 +1,16 @@
-"""The CUDA backend's combine in two Triton kernels (plus the barriers between them).
+"""The CUDA backend's combine: one kernel of two program groups that run at once.
 
-1. ``send_back`` (one program per received (source, token)): ``reduce="source"`` sends each pair's
-   output row to the source, at slot ``t * K + k``; ``reduce="expert_rank"`` first sums the token's
-   pairs held here, in fp32 in ascending ``k``, rounds the sum to the row dtype and sends that one
-   row, to slot ``rank * T_max + t``;
-2. ``reduce_slots`` (one program per token): the source's fp32 sum in ascending ``k`` (or
-   ascending rank), cast to the row dtype.
+- send group (``n_send`` programs, received (source, token) items strided over them):
+  ``reduce="source"`` sends each pair's output row home, to slot ``t * K + k`` of the source's back
+  buffer; ``reduce="expert_rank"`` first sums the token's pairs held here, in fp32 in ascending
+  ``k``, rounds the sum to the row dtype and sends that one row, to slot ``rank * T_max + t``;
+- reduce group (``n_recv`` programs, this rank's tokens strided): waits for each of the token's rows
+  (its arrival rule, ``wire``) and sums them in fp32, in ascending ``k`` (or ascending rank), into
+  ``y``; ``GATHER`` (the gate-weight gradient) instead returns each pair's row as it is.
 
-The contract rounds every product and every sum (``ubep.reduce``); compilers would contract
-``acc + w * o`` into a fused multiply-add, so with ``EXACT`` the kernels use PTX ``mul.rn.f32`` and
-``add.rn.f32``, which cannot be contracted. Triton's CPU interpreter, which cannot run PTX, computes
-the same separate operations with NumPy (``EXACT=False``).
+The contract rounds every product and every sum (``ubep.reduce``); compilers contract ``acc + w * o``
+into a fused multiply-add, so the sums use PTX ``mul.rn.f32`` / ``add.rn.f32``, which cannot be
+contracted.
 """
 
 from __future__ import annotations
@@ -18,95 +18,145 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def _mul(a, b, EXACT: tl.constexpr):
-    if EXACT:
-        b = tl.broadcast_to(b, a.shape)
-        return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [a, b],
-                                         dtype=tl.float32, is_pure=True, pack=1)
-    else:
-        return a * b
+from ubep.backends.cuda import sync
+from ubep.backends.cuda.kernels import any_true, lane
+from ubep.backends.cuda.wire import TFF, copy_row, load_tile, put_tile, tile, wait_row
 
 
 @triton.jit
-def _add(a, b, EXACT: tl.constexpr):
-    if EXACT:
-        return tl.inline_asm_elementwise("add.rn.f32 $0, $1, $2;", "=f,f,f", [a, b],
-                                         dtype=tl.float32, is_pure=True, pack=1)
-    else:
-        return a + b
+def _mul(a, b):
+    b = tl.broadcast_to(b, a.shape)
+    return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], dtype=tl.float32,
+                                     is_pure=True, pack=1)
 
 
 @triton.jit
-def _row_of(rows, ks, k: tl.constexpr):
-    """The ``k``-th entry of a ``[K_BLOCK]`` vector, as a scalar."""
-    return tl.sum(tl.where(ks == k, rows, 0), 0)
+def _add(a, b):
+    return tl.inline_asm_elementwise("add.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], dtype=tl.float32,
+                                     is_pure=True, pack=1)
 
 
 @triton.jit
-def send_back(out_ptr, rows_ptr, weights_ptr, back_ptrs_ptr, rank, tokens_max,
-              top_k: tl.constexpr, K_BLOCK: tl.constexpr, hidden: tl.constexpr,
-              BLOCK: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr,
-              EXACT: tl.constexpr):
-    """Program ``(s, t)``: the outputs of source ``s``'s token ``t`` go home (see module doc).
-
-    ``out`` is the ``[rows, H]`` expert output; ``rows`` / ``weights`` the ``[W, T_max, K]`` pair
-    rows (-1 where not here) and gate weights recorded by dispatch."""
-    s = tl.program_id(0)
-    t = tl.program_id(1)
+def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, slot, epoch,
+               tokens_max, rows_max, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
+               HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
+               CB: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr):
+    """Item ``i = s * T_max + t``: the outputs of source ``s``'s token ``t`` go home."""
+    s = i // tokens_max
+    t = i % tokens_max
     ks = tl.arange(0, K_BLOCK)
-    kmask = ks < top_k
-    slot = (s * tokens_max + t).to(tl.int64)
-    rows = tl.load(rows_ptr + slot * top_k + ks, mask=kmask, other=-1)
-    w = tl.load(weights_ptr + slot * top_k + ks, mask=kmask, other=0.0)
-    back = tl.load(back_ptrs_ptr + s).to(tl.pointer_type(out_ptr.dtype.element_ty))
-    offs = tl.arange(0, BLOCK)
-    if PARTIAL:
-        if tl.sum((rows >= 0).to(tl.int32), 0) > 0:
-            dst = back + (rank * tokens_max + t).to(tl.int64) * hidden
-            for start in range(0, hidden, BLOCK):
-                m = start + offs < hidden
-                acc = tl.zeros([BLOCK], dtype=tl.float32)
-                for k in tl.static_range(top_k):
-                    row = _row_of(rows, ks, k)
+    rows = tl.load(rows_ptr + i * TOP_K + ks, mask=ks < TOP_K, other=-1)
+    if any_true(rows >= 0):
+        back = tl.load(back_ptrs + s).to(tl.pointer_type(out_bits_ptr.dtype.element_ty))
+        back += (slot * rows_max) * (NB * BE)
+        if PARTIAL:
+            weights = tl.load(pair_w_ptr + i * TOP_K + ks, mask=ks < TOP_K, other=0.0)
+            wire = back + (rank * tokens_max + t).to(tl.int64) * (NB * BE)
+            for c in range(0, tl.cdiv(NB, CB)):
+                _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB)
+                acc = tl.zeros(p_off.shape, dtype=tl.float32)
+                for k in tl.static_range(TOP_K):
+                    row = lane(rows, ks, k)
                     if row >= 0:
-                        o = tl.load(out_ptr + row * hidden + start + offs, mask=m).to(tl.float32)
+                        o = tl.load(out_ptr + row * HIDDEN + p_off, mask=is_payload, other=0.0)
+                        o = o.to(tl.float32)
                         if WEIGHTED:
-                            o = _mul(o, _row_of(w, ks, k), EXACT)
-                        acc = _add(acc, o, EXACT)
-                tl.store(dst + start + offs, acc.to(out_ptr.dtype.element_ty), mask=m)
-    else:
-        for k in tl.static_range(top_k):
-            row = _row_of(rows, ks, k)
-            if row >= 0:
-                dst = back + (t.to(tl.int64) * top_k + k) * hidden
-                for start in range(0, hidden, BLOCK):
-                    m = start + offs < hidden
-                    tl.store(dst + start + offs, tl.load(out_ptr + row * hidden + start + offs,
-                                                         mask=m), mask=m)
+                            o = _mul(o, lane(weights, ks, k))
+                        acc = _add(acc, o)
+                bits = acc.to(out_ptr.dtype.element_ty).to(out_bits_ptr.dtype.element_ty, bitcast=True)
+                put_tile(wire, bits, c, epoch, HIDDEN, BE, FE, NB, CB)
+        else:
+            for k in tl.static_range(TOP_K):
+                row = lane(rows, ks, k)
+                if row >= 0:
+                    wire = back + (t.to(tl.int64) * TOP_K + k) * (NB * BE)
+                    copy_row(out_bits_ptr + row * HIDDEN, wire, epoch, HIDDEN, BE, FE, NB, CB)
 
 
 @triton.jit
-def reduce_slots(back_ptr, slot_t, slot_j, valid_ptr, valid_t, valid_j, weights_ptr, y_ptr,
-                 NUM: tl.constexpr, hidden: tl.constexpr, BLOCK: tl.constexpr,
-                 WEIGHTED: tl.constexpr, EXACT: tl.constexpr):
-    """Program ``t``: ``y[t] = sum over j = 0..NUM-1, ascending, where valid[t, j], of
-    w[t, j] * back[t * slot_t + j * slot_j]`` in fp32, cast to the row dtype.
+def _reduce_token(t, back_local, idx_ptr, w_ptr, sent_ptr, y_ptr, epoch, tokens_max, timeout_ns,
+                  err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
+                  K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
+                  NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
+                  PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr, GATHER: tl.constexpr):
+    """Token ``t``'s rows, waited for and summed (or gathered) into ``y``."""
+    ks = tl.arange(0, K_BLOCK)
+    row_elems: tl.constexpr = NB * BE
+    dt: tl.constexpr = y_ptr.dtype.element_ty
+    if PARTIAL:
+        num: tl.constexpr = WORLD
+        valid = tl.load(sent_ptr + ks * tokens_max + t, mask=ks < WORLD, other=0) != 0
+        slots = ks * tokens_max + t
+        peers = ks
+    else:
+        num: tl.constexpr = TOP_K
+        ids = tl.load(idx_ptr + t * TOP_K + ks, mask=ks < TOP_K, other=-1)
+        valid = ids >= 0
+        slots = t * TOP_K + ks
+        peers = ids // E_LOCAL
+        weights = tl.load(w_ptr + t * TOP_K + ks, mask=valid, other=0.0)
+    if MODE == TFF:
+        for j in tl.static_range(num):
+            if lane(valid.to(tl.int32), ks, j) != 0:
+                wire = back_local + lane(slots, ks, j).to(tl.int64) * row_elems
+                wait_row(wire, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, lane(peers, ks, j), BE,
+                         FE, NB, NB_BLOCK)
+    for c in range(0, tl.cdiv(NB, CB)):
+        _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB)
+        acc = tl.zeros(p_off.shape, dtype=tl.float32)
+        for j in tl.static_range(num):
+            if lane(valid.to(tl.int32), ks, j) != 0:
+                wire = back_local + lane(slots, ks, j).to(tl.int64) * row_elems
+                bits, _, _ = load_tile(wire, c, HIDDEN, BE, FE, NB, CB)
+                o = bits.to(dt, bitcast=True)
+                if GATHER:
+                    tl.store(y_ptr + (t * TOP_K + j).to(tl.int64) * HIDDEN + p_off, o, mask=is_payload)
+                else:
+                    o = o.to(tl.float32)
+                    if WEIGHTED:
+                        o = _mul(o, lane(weights, ks, j))
+                    acc = _add(acc, o)
+        if not GATHER:
+            tl.store(y_ptr + t.to(tl.int64) * HIDDEN + p_off, acc.to(dt), mask=is_payload)
 
-    ``reduce="source"``: ``j`` is the pair ``k`` (slot ``t * K + k``, ``valid = topk_idx >= 0``, gate
-    weights ``[T, K]``); ``reduce="expert_rank"``: ``j`` is the rank that sent a partial (slot
-    ``j * T_max + t``, ``valid`` = the token went to that rank, unweighted)."""
-    t = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK)
-    for start in range(0, hidden, BLOCK):
-        m = start + offs < hidden
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for j in tl.static_range(NUM):
-            if tl.load(valid_ptr + t * valid_t + j * valid_j):
-                o = tl.load(back_ptr + (t * slot_t + j * slot_j) * hidden + start + offs, mask=m)
-                o = o.to(tl.float32)
-                if WEIGHTED:
-                    o = _mul(o, tl.load(weights_ptr + t * valid_t + j * valid_j), EXACT)
-                acc = _add(acc, o, EXACT)
-        tl.store(y_ptr + t * hidden + start + offs, acc.to(y_ptr.dtype.element_ty), mask=m)
+
+@triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "rows_max", "n_send", "n_recv"])
+def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens,
+            back_ptrs, sig_ptrs, ack_ptrs, state_ptr, y_ptr, rank, tokens_max, rows_max, timeout_ns,
+            err_addr, n_send, n_recv, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
+            TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
+            FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr,
+            MODE: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr,
+            SUM_WEIGHTED: tl.constexpr, GATHER: tl.constexpr):
+    """One combine (see the module doc): programs ``[0, n_send)`` send, the next ``n_recv`` reduce.
+
+    Expert side: ``out [rows, H]`` (and the same memory as integers, ``out_bits``), the dispatch's
+    ``rows`` / ``pair_w [W, T_max, K]``. Source side: ``idx`` / ``w [T * K]``, ``sent [W, T_max]``,
+    ``y [T, H]`` (``GATHER``: ``[T, K, H]``). ``WEIGHTED``: the senders weight their partial sums;
+    ``SUM_WEIGHTED``: the source weights each pair's row. ``K_BLOCK >= max(K, W)``. Symmetric
+    ``back [2, rows_max, NB * BE]`` (out's integer type), ``sig [2, W]``, ``ack [W]``; ``state``:
+    this buffer set's ``sync`` words.
+    """
+    pid = tl.program_id(0)
+    epoch = tl.load(state_ptr + sync.EPOCH) + 1
+    slot = epoch & 1
+    if pid < n_send:
+        ack_local = tl.load(ack_ptrs + rank).to(tl.pointer_type(tl.int64))
+        sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT, WORLD)
+        for i in range(pid, WORLD * tokens_max, n_send):
+            _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, slot, epoch,
+                       tokens_max, rows_max, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, CB, PARTIAL,
+                       WEIGHTED)
+        if MODE != TFF:
+            sync.writer_done(state_ptr, n_send, sig_ptrs, slot, rank, epoch, WORLD)
+    else:
+        if MODE != TFF:
+            sig_local = tl.load(sig_ptrs + rank).to(tl.pointer_type(tl.int64))
+            sync.wait_records(sig_local, slot, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, WORLD)
+        back_local = tl.load(back_ptrs + rank).to(tl.pointer_type(out_bits_ptr.dtype.element_ty))
+        back_local += (slot * rows_max) * (NB * BE)
+        for t in range(pid - n_send, num_tokens, n_recv):
+            _reduce_token(t, back_local, idx_ptr, w_ptr, sent_ptr, y_ptr, epoch, tokens_max,
+                          timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
+                          NB_BLOCK, CB, MODE, PARTIAL, SUM_WEIGHTED, GATHER)
+    sync.program_done(state_ptr, n_send + n_recv, ack_ptrs, rank, epoch, True, WORLD)

@@ -1,17 +1,19 @@
-"""The CUDA backend's dispatch in four Triton kernels (plus the barriers between them).
+"""The CUDA backend's dispatch: one kernel whose programs split into three groups that run at once.
 
-1. ``count_and_order`` (one program per expert): the expert's pair count and the stable order of
-   each of its pairs (``ubep.layout.local_order``), and the count written into every rank's count
-   matrix row of this source (so the count exchange is part of the kernel);
-2. ``row_base`` (one program per expert): this source's first receive row for the expert, from the
-   full count matrix (``ubep.layout.row_base``);
-3. ``send`` (one program per (token, rank)): the token's routing row to that rank (rows of its
-   pairs held there, or -1, and its gate weights), and the token itself once if any pair is there;
-4. ``replicate`` (one program per staged (source, token)): every pair's row copied into its receive
-   row, with its weight; the routing rows are kept for combine.
+- count group (``n_count`` programs, experts strided over them): each expert's pair count and the
+  stable order of each of its pairs (``ubep.layout.local_order``), written as *route entries*
+  ``(epoch, local expert << 32 | order, weight bits)`` and a count straight into the expert's rank;
+  the group's last program publishes this rank's record there (``sync.writer_done``);
+- token group (``n_send`` programs, tokens strided): each token once to every rank holding one of its
+  experts (relay), into the staging slot ``[slot, source, t]``, which needs no offsets, in the wire
+  format of the sync mode (``wire``);
+- receive group (``n_recv`` programs): waits for every source's record, turns the count matrix into
+  the first receive row of each (source, local expert) (``ubep.layout.row_base``), then copies each
+  staged token into the receive rows of its pairs as soon as that token has arrived.
 
-Every kernel reproduces ``ubep.layout`` exactly; tests compare them on the CPU with Triton's
-interpreter and on GPUs against the oracle.
+No grid-wide barrier: the groups meet only through the records and the rows' own arrival rule. The
+compact layout runs the kernel twice in one call (counts first; the host then sizes the output), the
+padded layout once. ``LIKE`` (combine backward) resends new rows along a handle's recorded routes.
 """
 
 from __future__ import annotations
@@ -19,110 +21,173 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def count_and_order(idx_ptr, num_pairs, num_tokens, order_ptr, meta_ptrs_ptr, rank,
-                    WORLD: tl.constexpr, MAX_PAIRS: tl.constexpr, num_experts: tl.constexpr,
-                    BLOCK: tl.constexpr):
-    """Program ``e``: ``order[p]`` for each pair ``p`` of expert ``e`` (pairs earlier in ``(t, k)``
-    order with the same expert), and ``meta[r][rank, e] = count`` on every rank ``r``; program 0
-    also writes the token count, ``meta[r][rank, E] = T``."""
-    e = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    seen = tl.zeros([], dtype=tl.int64)
-    for start in range(0, MAX_PAIRS, BLOCK):  # a fixed bound: one compilation per buffer
-        mask = start + offs < num_pairs
-        ids = tl.load(idx_ptr + start + offs, mask=mask, other=-1)
-        mine = (ids == e).to(tl.int64)
-        order = seen + tl.cumsum(mine, 0) - mine
-        tl.store(order_ptr + start + offs, order, mask=mask & (ids == e))
-        seen += tl.sum(mine, 0)
-    row = rank * (num_experts + 1)
-    for r in tl.static_range(WORLD):
-        meta = tl.load(meta_ptrs_ptr + r).to(tl.pointer_type(tl.int64))
-        tl.store(meta + row + e, seen)
-        if e == 0:
-            tl.store(meta + row + num_experts, num_tokens.to(tl.int64))
+from ubep.backends.cuda import sync
+from ubep.backends.cuda.kernels import any_true, lane
+from ubep.backends.cuda.wire import TFF, copy_row, load_tile, wait_row
 
 
 @triton.jit
-def row_base(meta_ptr, base_ptr, rank, capacity, WORLD: tl.constexpr, NUM_LOCAL: tl.constexpr,
-             LOCAL_BLOCK: tl.constexpr, num_experts: tl.constexpr):
-    """Program ``e``: ``base[e]`` = the first receive row, on ``e``'s rank, of this source's pairs
-    for ``e``: earlier local experts' rows (compact, ``capacity <= 0``) or ``local * capacity``
-    (padded), plus earlier sources' counts for ``e``. ``meta`` is ``[W, E + 1]`` int64."""
-    e = tl.program_id(0)
-    stride = num_experts + 1
-    local = e % NUM_LOCAL
-    first = e - local  # the rank's first expert
-    start = tl.zeros([], dtype=tl.int64)
-    earlier = tl.arange(0, LOCAL_BLOCK)  # the rank's experts before e, from every source
-    for s in tl.static_range(WORLD):
-        start += tl.sum(tl.load(meta_ptr + s * stride + first + earlier, mask=earlier < local,
-                                other=0), 0)
-    start = tl.where(capacity > 0, local.to(tl.int64) * capacity, start)
-    for s in tl.static_range(WORLD):  # earlier sources, this expert
-        start += tl.load(meta_ptr + s * stride + e, mask=s < rank, other=0)
-    tl.store(base_ptr + e, start)
+def _count_role(j, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, rank, slot, epoch, n_count,
+                tokens_max, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
+                PAIR_BLOCK: tl.constexpr):
+    offs = tl.arange(0, PAIR_BLOCK)
+    num_pairs = num_tokens * TOP_K
+    for e in range(j, WORLD * E_LOCAL, n_count):
+        dest = e // E_LOCAL
+        local = e % E_LOCAL
+        route = tl.load(route_ptrs + dest).to(tl.pointer_type(tl.int64))
+        route += (slot * WORLD + rank).to(tl.int64) * tokens_max * TOP_K * 4
+        seen = tl.zeros([], dtype=tl.int64)
+        for start in range(0, num_pairs, PAIR_BLOCK):
+            pair = start + offs
+            ids = tl.load(idx_ptr + pair, mask=pair < num_pairs, other=-1)
+            mine = ids == e
+            ones = mine.to(tl.int64)
+            order = seen + tl.cumsum(ones, 0) - ones
+            bits = tl.load(w_ptr + pair, mask=mine, other=0.0).to(tl.int32, bitcast=True)
+            entry = route + pair.to(tl.int64) * 4
+            tl.store(entry, tl.zeros_like(order) + epoch, mask=mine)
+            tl.store(entry + 1, (local.to(tl.int64) << 32) | order, mask=mine)
+            tl.store(entry + 2, bits.to(tl.int64) & 0xFFFFFFFF, mask=mine)
+            seen += tl.sum(ones, 0)
+        count = tl.load(count_ptrs + dest).to(tl.pointer_type(tl.int64))
+        count += (slot * WORLD + rank) * (E_LOCAL + 1)
+        tl.store(count + local, seen)
+        if local == 0:
+            tl.store(count + E_LOCAL, num_tokens.to(tl.int64))
 
 
 @triton.jit
-def send(x_ptr, idx_ptr, weights_ptr, order_ptr, base_ptr, stage_x_ptrs_ptr, stage_route_ptrs_ptr,
-         sent_ptr, rank, num_tokens, tokens_max, num_local_experts, top_k: tl.constexpr,
-         K_BLOCK: tl.constexpr, hidden: tl.constexpr, BLOCK: tl.constexpr):
-    """Program ``(t, r)``: token ``t``'s routing row into rank ``r``'s staging area at row
-    ``rank * T_max + t`` (``[rows of its pairs on r or -1] * K, [weight bits] * K``, int32), and the
-    token's row there too if one of its pairs is on ``r``; ``sent[r, t]`` (int8) records which."""
-    t = tl.program_id(0)
-    r = tl.program_id(1)
+def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, epoch, n_send,
+               tokens_max, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
+               K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
+               NB: tl.constexpr, CB: tl.constexpr, LIKE: tl.constexpr):
     ks = tl.arange(0, K_BLOCK)
-    kmask = ks < top_k
-    ids = tl.load(idx_ptr + t * top_k + ks, mask=kmask, other=-1)
-    order = tl.load(order_ptr + t * top_k + ks, mask=kmask, other=0)
-    here = (ids >= 0) & (ids // num_local_experts == r)
-    base = tl.load(base_ptr + tl.where(here, ids, 0), mask=here, other=0)
-    rows = tl.where(here, base + order, -1).to(tl.int32)
-    w_bits = tl.load(weights_ptr + t * top_k + ks, mask=kmask, other=0.0).to(tl.int32, bitcast=True)
-    slot = (rank * tokens_max + t).to(tl.int64)
-    route = tl.load(stage_route_ptrs_ptr + r).to(tl.pointer_type(tl.int32))
-    tl.store(route + slot * 2 * top_k + ks, rows, mask=kmask)
-    tl.store(route + slot * 2 * top_k + top_k + ks, w_bits, mask=kmask)
-    any_here = tl.sum(here.to(tl.int32), 0) > 0
-    tl.store(sent_ptr + r * num_tokens + t, any_here.to(tl.int8))
-    if any_here:
-        dst = tl.load(stage_x_ptrs_ptr + r).to(tl.pointer_type(x_ptr.dtype.element_ty))
-        offs = tl.arange(0, BLOCK)
-        for start in range(0, hidden, BLOCK):
-            m = start + offs < hidden
-            v = tl.load(x_ptr + t.to(tl.int64) * hidden + start + offs, mask=m)
-            tl.store(dst + slot * hidden + start + offs, v, mask=m)
+    for t in range(j, num_tokens, n_send):
+        if not LIKE:
+            ids = tl.load(idx_ptr + t * TOP_K + ks, mask=ks < TOP_K, other=-1)
+        for dest in tl.static_range(WORLD):
+            if LIKE:
+                here = tl.load(sent_ptr + dest * tokens_max + t) != 0
+            else:
+                here = any_true((ids >= 0) & (ids // E_LOCAL == dest))
+                tl.store(sent_ptr + dest * tokens_max + t, here.to(tl.int8))
+            if here:
+                stage = tl.load(stage_ptrs + dest).to(tl.pointer_type(x_ptr.dtype.element_ty))
+                stage += ((slot * WORLD + rank) * tokens_max + t).to(tl.int64) * (NB * BE)
+                copy_row(x_ptr + t.to(tl.int64) * HIDDEN, stage, epoch, HIDDEN, BE, FE, NB, CB)
 
 
 @triton.jit
-def replicate(stage_x_ptr, stage_route_ptr, meta_ptr, out_ptr, out_w_ptr, rows_ptr, weights_ptr,
-              tokens_max, num_experts, top_k: tl.constexpr, K_BLOCK: tl.constexpr,
-              hidden: tl.constexpr, BLOCK: tl.constexpr):
-    """Program ``(s, t)``: for staged token ``t`` of source ``s`` (ignored past that source's token
-    count), copy it into the receive row of each of its pairs here and set the row's weight; keep
-    the pair rows (-1 where none) and weights for combine in ``rows`` / ``weights`` ``[W, T_max, K]``."""
-    s = tl.program_id(0)
-    t = tl.program_id(1)
+def _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD: tl.constexpr,
+              E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr):
+    """``base[s, l]``: the first receive row of source ``s``'s pairs for local expert ``l``
+    (``ubep.layout.row_base``); receive program 0 also writes ``tokens_per_expert``."""
+    s = tl.arange(0, W_BLOCK)[:, None]
+    loc = tl.arange(0, L_BLOCK)[None, :]
+    valid = (s < WORLD) & (loc < E_LOCAL)
+    counts = tl.load(count_local + (slot * WORLD + s) * (E_LOCAL + 1) + loc, mask=valid, other=0)
+    total = tl.sum(counts, 0)  # [L_BLOCK] rows per local expert
+    start = tl.where(capacity > 0, tl.arange(0, L_BLOCK).to(tl.int64) * capacity,
+                     tl.cumsum(total, 0) - total)
+    base = start[None, :] + tl.cumsum(counts, 0) - counts
+    tl.store(base_ptr + s * E_LOCAL + loc, base, mask=valid)
+    if j == 0:
+        lanes = tl.arange(0, L_BLOCK)
+        tl.store(tpe_ptr + lanes, total, mask=lanes < E_LOCAL)
+    tl.debug_barrier()  # the table is read back by this program's threads
+
+
+@triton.jit
+def _receive_rows(i, stage_local, route_local, count_local, base_ptr, out_ptr, out_w_ptr, rows_ptr,
+                  pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
+                  E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
+                  HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
+                  NB_BLOCK: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr, LIKE: tl.constexpr):
+    """Item ``i = s * T_max + t``: staged token ``t`` of source ``s`` into its receive rows."""
+    s = i // tokens_max
+    t = i % tokens_max
     ks = tl.arange(0, K_BLOCK)
-    kmask = ks < top_k
-    slot = (s * tokens_max + t).to(tl.int64)
-    arrived = t < tl.load(meta_ptr + s * (num_experts + 1) + num_experts)
-    rows = tl.load(stage_route_ptr + slot * 2 * top_k + ks, mask=kmask & arrived, other=-1)
-    w = tl.load(stage_route_ptr + slot * 2 * top_k + top_k + ks, mask=kmask & arrived, other=0)
-    w = w.to(tl.float32, bitcast=True)
-    tl.store(rows_ptr + slot * top_k + ks, rows.to(tl.int64), mask=kmask)
-    tl.store(weights_ptr + slot * top_k + ks, w, mask=kmask)
-    valid = kmask & (rows >= 0)
-    tl.store(out_w_ptr + tl.where(valid, rows, 0), w, mask=valid)
-    offs = tl.arange(0, BLOCK)
-    for k in tl.static_range(top_k):
-        row = tl.sum(tl.where(ks == k, rows, 0), 0).to(tl.int64)
-        if row >= 0:
-            for start in range(0, hidden, BLOCK):
-                m = start + offs < hidden
-                v = tl.load(stage_x_ptr + slot * hidden + start + offs, mask=m)
-                tl.store(out_ptr + row * hidden + start + offs, v, mask=m)
+    kmask = ks < TOP_K
+    staged = (slot * WORLD + s) * tokens_max + t
+    if LIKE:
+        rows = tl.load(rows_ptr + i * TOP_K + ks, mask=kmask, other=-1)
+    else:
+        arrived = t < tl.load(count_local + (slot * WORLD + s) * (E_LOCAL + 1) + E_LOCAL)
+        entry = route_local + (staged.to(tl.int64) * TOP_K + ks) * 4
+        here = kmask & arrived & (tl.load(entry, mask=kmask & arrived, other=0) == epoch)
+        info = tl.load(entry + 1, mask=here, other=0)
+        weights = (tl.load(entry + 2, mask=here, other=0).to(tl.int32)).to(tl.float32, bitcast=True)
+        base = tl.load(base_ptr + s * E_LOCAL + (info >> 32), mask=here, other=0)
+        rows = tl.where(here, base + (info & 0xFFFFFFFF), -1)
+        tl.store(rows_ptr + i * TOP_K + ks, rows, mask=kmask)
+        tl.store(pair_w_ptr + i * TOP_K + ks, tl.where(here, weights, 0.0), mask=kmask)
+        tl.store(out_w_ptr + rows, weights, mask=here)
+    if any_true(rows >= 0):
+        wire = stage_local + staged.to(tl.int64) * (NB * BE)
+        if MODE == TFF:
+            wait_row(wire, epoch, timeout_ns, err_addr, sync.WAIT_TOKENS, s, BE, FE, NB, NB_BLOCK)
+        for c in range(0, tl.cdiv(NB, CB)):
+            values, p_off, is_payload = load_tile(wire, c, HIDDEN, BE, FE, NB, CB)
+            for k in tl.static_range(TOP_K):
+                row = lane(rows, ks, k)
+                if row >= 0:
+                    tl.store(out_ptr + row * HIDDEN + p_off, values, mask=is_payload)
+
+
+@triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "capacity", "n_count", "n_send",
+                              "n_recv", "n_writers"])
+def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs,
+             state_ptr, base_ptr, sent_ptr, out_ptr, out_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, rank,
+             tokens_max, capacity, timeout_ns, err_addr, n_count, n_send, n_recv, n_writers,
+             WORLD: tl.constexpr, E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr,
+             L_BLOCK: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
+             HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
+             NB_BLOCK: tl.constexpr, CB: tl.constexpr, PAIR_BLOCK: tl.constexpr,
+             MODE: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
+             REPLICATE: tl.constexpr, FINAL: tl.constexpr):
+    """One launch of a dispatch (see the module doc); program roles by id: ``[0, n_count)`` count,
+    then ``n_send`` token senders, then ``n_recv`` receivers. The first ``n_writers`` programs (the
+    count group, plus the senders in ``sw``) publish the record; receivers wait for it if ``RECORDS``.
+
+    ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
+    buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
+    ``route [2, W, T_max * K, 4]``, ``count [2, W, E_LOCAL + 1]``, ``sig [2, W]``, ``ack [W]`` (int64);
+    ``state``: this buffer set's ``sync`` words; ``base [W, E_LOCAL]`` scratch. Outputs: ``sent [W,
+    T_max]`` int8, ``out [rows, H]``, ``out_w [rows]``, ``rows`` / ``pair_w [W, T_max, K]`` (int64 /
+    fp32, -1 / 0 where a pair is not here), ``tpe [E_LOCAL]``.
+    """
+    pid = tl.program_id(0)
+    epoch = tl.load(state_ptr + sync.EPOCH) + 1
+    slot = epoch & 1
+    ack_local = tl.load(ack_ptrs + rank).to(tl.pointer_type(tl.int64))
+    if pid < n_count + n_send:
+        sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_DISPATCH_SLOT, WORLD)
+        if pid < n_count:
+            _count_role(pid, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, rank, slot, epoch,
+                        n_count, tokens_max, WORLD, E_LOCAL, TOP_K, PAIR_BLOCK)
+        else:
+            _send_role(pid - n_count, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot,
+                       epoch, n_send, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
+                       CB, LIKE)
+        if pid < n_writers:
+            sync.writer_done(state_ptr, n_writers, sig_ptrs, slot, rank, epoch, WORLD)
+    else:
+        j = pid - n_count - n_send
+        sig_local = tl.load(sig_ptrs + rank).to(tl.pointer_type(tl.int64))
+        count_local = tl.load(count_ptrs + rank).to(tl.pointer_type(tl.int64))
+        if RECORDS:
+            sync.wait_records(sig_local, slot, epoch, timeout_ns, err_addr,
+                              sync.WAIT_TOKENS if LIKE else sync.WAIT_COUNTS, WORLD)
+        if not LIKE:
+            _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL, W_BLOCK,
+                      L_BLOCK)
+        if REPLICATE:
+            stage_local = tl.load(stage_ptrs + rank).to(tl.pointer_type(x_ptr.dtype.element_ty))
+            route_local = tl.load(route_ptrs + rank).to(tl.pointer_type(tl.int64))
+            for i in range(j, WORLD * tokens_max, n_recv):
+                _receive_rows(i, stage_local, route_local, count_local, base_ptr, out_ptr, out_w_ptr,
+                              rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr,
+                              WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, MODE,
+                              LIKE)
+    sync.program_done(state_ptr, n_count + n_send + n_recv, ack_ptrs, rank, epoch, FINAL, WORLD)
