@@ -46,3 +46,18 @@ def test_wait_times_out_with_a_clear_error():
 @pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")
 def test_padded_layout_replays_in_a_cuda_graph():
     run_ranks(graph_replay_case, 2, pg_backend="nccl", timeout_s=300)
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")
+def test_profile_measures_inside_the_kernels(tmp_path):
+    pytest.importorskip("matplotlib")
+    from ubep.cli import main
+
+    args = ["profile", "--pg", "nccl", "--backend", "cuda", "--ranks", "2", "--tokens", "64",
+            "--hidden", "512", "--experts", "16", "--layout", "padded", "--iters", "3",
+            "--out", str(tmp_path)]
+    assert main(args) == 0
+    phases = (tmp_path / "breakdown.csv").read_text()
+    assert "dispatch receive: wait" in phases and "combine reduce: done at" in phases
+    assert (tmp_path / "workers.csv").read_text().count("dispatch,count") >= 2
+    assert (tmp_path / "workers.png").stat().st_size > 5_000

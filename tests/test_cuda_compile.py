@@ -48,7 +48,7 @@ def test_dispatch_compiles(mode, like, replicate):
     constants = {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
                  "PAIR_BLOCK": 1024, "MODE": wire.MODE_CODES[mode], "LIKE": like,
                  "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate, "FINAL": replicate,
-                 **_rows(mode, 7168, 2)}
+                 "PROFILE": replicate, **_rows(mode, 7168, 2)}
     _compile(dk.dispatch, POINTERS["dispatch"], constants)
 
 
@@ -62,5 +62,5 @@ def test_combine_compiles(mode, partial, gather):
         rows = _rows(mode, 1, torch.float32.itemsize)
     constants = {"WORLD": 8, "E_LOCAL": 32, "TOP_K": 8, "K_BLOCK": 8, "MODE": wire.MODE_CODES[mode],
                  "PARTIAL": partial, "WEIGHTED": partial, "SUM_WEIGHTED": not partial and not gather,
-                 "GATHER": gather, **rows}
+                 "GATHER": gather, "PROFILE": partial, **rows}
     _compile(ck.combine, pointers, constants)

@@ -3,7 +3,10 @@ and per rank, as a table, a CSV and stacked bars (PNG).
 
 The phases are those each backend records through its ``PhaseTimer`` (``Buffer(profile=True)``):
 for the reference backend, count exchange, route send, token send and reorder for dispatch, and
-send, local reduce and reduce for combine.
+send, local reduce and reduce for combine; for the cuda backend, the launches (host CUDA events) and,
+measured inside the kernels, each program group's longest wait and when its work was done
+(``ubep.backends.cuda.stamps``). The cuda backend also gives a per-worker timeline of the last
+dispatch and combine: ``workers.csv`` and ``workers.png`` (one bar per program).
 """
 
 from __future__ import annotations
@@ -31,19 +34,21 @@ class ProfileOptions:
     layout: str = "compact"
     reduce: str = "source"
     backend: str = "auto"
+    sync: str = "tff"
     maxvio: float = 0.0
     iters: int = 10
     warmup: int = 2
     pg_backend: str = "gloo"
 
 
-def profile_rank(rank: int, world_size: int, opts: ProfileOptions) -> dict[str, list[float]]:
-    """Per-phase µs samples of ``opts.iters`` dispatch + combine calls on this rank."""
+def profile_rank(rank: int, world_size: int, opts: ProfileOptions) -> dict:
+    """``{"phases": per-phase µs samples of opts.iters dispatch + combine calls, "timeline": the
+    per-program rows of the last ones (cuda backend)}`` on this rank."""
     device = torch.device("cuda", torch.cuda.current_device()) if opts.pg_backend == "nccl" \
         else torch.device("cpu")
     buf = Buffer(hidden=opts.hidden, num_experts=opts.experts, top_k=opts.top_k,
                  max_tokens_per_rank=opts.tokens, dtype=opts.dtype, backend=opts.backend,
-                 layout=opts.layout, profile=True, check_inputs=False)
+                 layout=opts.layout, sync=opts.sync, profile=True, check_inputs=False)
     gen = torch.Generator().manual_seed(rank)
     idx = skewed_topk(opts.tokens, opts.experts, opts.top_k, maxvio=opts.maxvio,
                       generator=gen).to(device)
@@ -54,7 +59,7 @@ def profile_rank(rank: int, world_size: int, opts: ProfileOptions) -> dict[str, 
             buf.reset_phase_times()
         res = buf.dispatch(x, idx, w)
         buf.combine(res.recv_x, res.handle, reduce=opts.reduce)
-    return buf.phase_times()
+    return {"phases": buf.phase_times(), "timeline": buf.worker_timeline()}
 
 
 def write_outputs(per_rank: list[dict[str, list[float]]], steps: int, out: Path,
@@ -88,12 +93,49 @@ def write_outputs(per_rank: list[dict[str, list[float]]], steps: int, out: Path,
     return [out / "breakdown.csv", out / "breakdown.md", out / "breakdown.png"]
 
 
+def write_timeline(timelines: list[list[dict]], out: Path, title: str) -> list[Path]:
+    """``workers.csv`` (every rank's per-program stamps) and ``workers.png`` (rank 0: one bar per
+    program, pale while it waits, in its group's colour while it works, grey while it finishes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    write_table([{"rank": rank, **row} for rank, rows in enumerate(timelines) for row in rows],
+                out / "workers", title)
+    ops = list(dict.fromkeys(row["op"] for row in timelines[0]))
+    fig, axes = plt.subplots(1, len(ops), figsize=(6 * len(ops), 5), squeeze=False)
+    for ax, op in zip(axes[0], ops, strict=True):
+        rows = [r for r in timelines[0] if r["op"] == op]
+        groups = list(dict.fromkeys(r["group"] for r in rows))
+        for gi, group in enumerate(groups):
+            mine = [r for r in rows if r["group"] == group]
+            ys = [r["program"] for r in mine]
+            color = f"C{gi}"
+            ax.barh(ys, [r["wait_end_us"] - r["start_us"] for r in mine],
+                    left=[r["start_us"] for r in mine], color=color, alpha=0.25, height=1.0)
+            ax.barh(ys, [r["work_end_us"] - r["wait_end_us"] for r in mine],
+                    left=[r["wait_end_us"] for r in mine], color=color, height=1.0, label=group)
+            ax.barh(ys, [r["end_us"] - r["work_end_us"] for r in mine],
+                    left=[r["work_end_us"] for r in mine], color="grey", height=1.0)
+        ax.set_xlabel("µs from the launch's first stamp")
+        ax.set_ylabel("program (thread block)")
+        ax.set_title(f"rank 0 {op}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "workers.png", dpi=110)
+    plt.close(fig)
+    return [out / "workers.csv", out / "workers.md", out / "workers.png"]
+
+
 def run_profile(opts: ProfileOptions, out: Path) -> int:
     start = time.perf_counter()
     print(f"profiling {opts.iters} dispatch + combine calls on {opts.ranks} ranks "
           f"({opts.pg_backend}) ...", flush=True)
-    per_rank = run_ranks(profile_rank, opts.ranks, opts, pg_backend=opts.pg_backend,
-                         timeout_s=1800)
+    results = run_ranks(profile_rank, opts.ranks, opts, pg_backend=opts.pg_backend,
+                        timeout_s=1800)
+    per_rank = [r["phases"] for r in results]
     dt = str(opts.dtype).removeprefix("torch.")
     title = (f"{opts.ranks} ranks, {opts.tokens} tokens, hidden {opts.hidden}, {opts.experts} "
              f"experts, top-{opts.top_k}, {dt}, {opts.layout}, reduce={opts.reduce}")
@@ -102,5 +144,7 @@ def run_profile(opts: ProfileOptions, out: Path) -> int:
         print(f"\nrank {rank}")
         print(breakdown_table(samples))
     files = write_outputs(per_rank, opts.iters, out, title)
+    if results[0]["timeline"]:
+        files += write_timeline([r["timeline"] for r in results], out, title)
     print(f"\nwrote {', '.join(map(str, files))} ({time.perf_counter() - start:.1f} s)")
     return 0

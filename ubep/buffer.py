@@ -153,6 +153,12 @@ class Buffer:
     def reset_phase_times(self) -> None:
         self._backend.timer.reset()
 
+    def worker_timeline(self) -> list[dict]:
+        """With ``profile=True`` on the cuda backend: one row per program (thread block) of the last
+        dispatch and combine launches, with its group and in-kernel time stamps in µs (waits over,
+        work done, finished); empty for backends without in-kernel stamps."""
+        return self._backend.worker_timeline()
+
     def synchronize(self) -> None:
         """Wait for this rank's queued dispatch and combine work. Raises ``EPCommError`` (naming the
         rank, the phase and the peer) if a wait on the device timed out; the cuda backend also raises

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ubep.buffer import BACKENDS
-from ubep.config import DTYPES, LAYOUTS, REDUCTIONS
+from ubep.config import DTYPES, LAYOUTS, REDUCTIONS, SYNC_MODES
 
 DTYPE_NAMES = {"bf16": DTYPES[0], "fp16": DTYPES[1], "fp32": DTYPES[2]}
 
@@ -33,6 +33,8 @@ def _shape_options(parser: argparse.ArgumentParser, tokens: int) -> None:
     parser.add_argument("--reduce", choices=REDUCTIONS, default="source",
                         help="where combine sums the top-k outputs")
     parser.add_argument("--backend", choices=BACKENDS, default="auto", help="ubep backend")
+    parser.add_argument("--sync", choices=SYNC_MODES, default="tff",
+                        help="how receivers learn that rows arrived (cuda backend)")
 
 
 def _check_shape(args: argparse.Namespace) -> None:
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
                          intermediate=args.intermediate, dtype=DTYPE_NAMES[args.dtype])
         return run_demo(DemoOptions(ranks=args.ranks, tokens=args.tokens, shape=shape,
                                     layout=args.layout, backend=args.backend,
-                                    reduce=args.reduce, iters=args.iters, seed=args.seed))
+                                    reduce=args.reduce, sync=args.sync, iters=args.iters,
+                                    seed=args.seed))
     if args.command == "profile":
         import importlib.util
         from pathlib import Path
@@ -108,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_profile(ProfileOptions(
             ranks=args.ranks, tokens=args.tokens, hidden=args.hidden, experts=args.experts,
             top_k=args.top_k, dtype=DTYPE_NAMES[args.dtype], layout=args.layout,
-            reduce=args.reduce, backend=args.backend, maxvio=args.maxvio, iters=args.iters,
-            pg_backend=args.pg), Path(args.out))
+            reduce=args.reduce, backend=args.backend, sync=args.sync, maxvio=args.maxvio,
+            iters=args.iters, pg_backend=args.pg), Path(args.out))
     if args.command == "simulate":
         try:
             from ubep.sim.cli import run_simulate

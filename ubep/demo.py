@@ -25,6 +25,7 @@ class DemoOptions:
     layout: str = "compact"
     backend: str = "auto"
     reduce: str = "source"
+    sync: str = "tff"
     iters: int = 3
     seed: int = 0
 
@@ -48,7 +49,7 @@ def demo_rank(rank: int, world_size: int, opts: DemoOptions, start: float) -> di
     shape = opts.shape
     buf = Buffer(hidden=shape.hidden, num_experts=shape.num_experts, top_k=shape.top_k,
                  max_tokens_per_rank=opts.tokens, dtype=shape.dtype, backend=opts.backend,
-                 layout=opts.layout, profile=True)
+                 layout=opts.layout, sync=opts.sync, profile=True)
     router = router_weight(shape, opts.seed).requires_grad_()
     local = expert_weights(shape, opts.seed, buf.config.local_experts)
     params = [p.requires_grad_() for expert in local for p in expert]

@@ -25,6 +25,7 @@ class PhaseTimer:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     _cpu_us: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     _pending: list[tuple[str, object, object]] = field(default_factory=list)
+    _deferred: list = field(default_factory=list)
 
     @contextmanager
     def phase(self, name: str):
@@ -42,8 +43,19 @@ class PhaseTimer:
             yield
             self._cpu_us[name].append((time.perf_counter() - t0) * 1e6)
 
+    def defer(self, phases) -> None:
+        """Add the samples ``phases()`` returns (a dict name -> µs) when they are next read: a backend
+        whose times sit in device memory reads them only then, so profiling adds no host sync."""
+        if self.enabled:
+            self._deferred.append(phases)
+
     def samples(self) -> dict[str, list[float]]:
-        """Durations in µs per phase, in call order; resolves pending CUDA events."""
+        """Durations in µs per phase, in call order; resolves pending CUDA events and deferred
+        device-side times."""
+        for phases in self._deferred:
+            for name, us in phases().items():
+                self._cpu_us[name].append(us)
+        self._deferred.clear()
         if self._pending:
             self._pending[-1][2].synchronize()
             for name, start, end in self._pending:
@@ -54,6 +66,7 @@ class PhaseTimer:
     def reset(self) -> None:
         self._cpu_us.clear()
         self._pending.clear()
+        self._deferred.clear()
 
 
 def median(values: list[float]) -> float:

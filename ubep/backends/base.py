@@ -108,6 +108,11 @@ class Backend(ABC):
     def return_pair_values(self, values_R: torch.Tensor, handle: Handle) -> torch.Tensor:
         """``[num_rows]`` fp32 per receive row back to the source's slots: ``[T, K]`` fp32, 0 at ``-1``."""
 
+    def worker_timeline(self) -> list[dict]:
+        """Per-program stamps of the last profiled launches, for backends that take them inside their
+        kernels (``ubep.backends.cuda.stamps``); none here."""
+        return []
+
     def synchronize(self) -> None:
         """Wait for this rank's queued work; backends whose waits run on the device raise
         :class:`EPCommError` here when one of them timed out."""

@@ -23,12 +23,15 @@ from ubep.backends.base import Backend, EPCommError, Handle
 from ubep.backends.cuda import combine_kernels as ck
 from ubep.backends.cuda import dispatch_kernels as dk
 from ubep.backends.cuda import sync, wire
+from ubep.backends.cuda.stamps import LaunchStamps
 from ubep.backends.cuda.symm import SymmetricBuffer, enable_for
 from ubep.config import EPConfig
 
 INT_VIEW = {2: torch.int16, 4: torch.int32}  # rows move as integers of their element width
-CHUNK_BYTES = 4096  # bytes of a row a program moves per step
+CHUNK_BYTES = 8192  # bytes of a row a program moves per step: few round trips per row
 MAX_PAIR_BLOCK = 1024
+NUM_WARPS = 8
+MAX_GROUP = 128  # programs per group; lower ids are scheduled first and never wait on higher ones
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,6 +96,7 @@ class CudaBackend(Backend):
         self.errors = torch.zeros(3, dtype=i64, pin_memory=True)  # written by timed-out waits
         self.timeout_ns = int(cfg.timeout_s * 1e9)
         self.k_block = triton.next_power_of_2(max(k, w))
+        self.last_launches: dict[str, LaunchStamps] = {}  # per op, with profiling on
 
     # -- errors -----------------------------------------------------------------------------------
 
@@ -110,10 +114,27 @@ class CudaBackend(Backend):
 
     # -- launch helpers ---------------------------------------------------------------------------
 
+    def _stamps(self, op: str, sizes: tuple[int, ...]) -> torch.Tensor:
+        """Where a launch writes its in-kernel stamps: a fresh ``[programs, 4]`` buffer whose phases
+        the timer reads later, with profiling on; else a placeholder the kernel never touches."""
+        if not self.timer.enabled:
+            return self.base
+        launch = LaunchStamps(op, sizes, torch.zeros(sum(sizes), 4, dtype=torch.int64,
+                                                     device=self.device))
+        self.timer.defer(launch.phases)
+        self.last_launches[op] = launch
+        return launch.stamps
+
+    def worker_timeline(self) -> list[dict]:
+        rows = []
+        for launch in self.last_launches.values():
+            rows += launch.timeline()
+        return rows
+
     def _workers(self, num_tokens: int) -> Workers:
         cfg = self.config
-        return Workers(count=min(cfg.num_experts, 32), send=max(1, min(num_tokens, 32)),
-                       recv=min(cfg.world_size * cfg.max_tokens_per_rank, 64))
+        return Workers(count=min(cfg.num_experts, MAX_GROUP), send=max(1, min(num_tokens, MAX_GROUP)),
+                       recv=min(cfg.world_size * cfg.max_tokens_per_rank, MAX_GROUP))
 
     def programs(self, num_tokens: int) -> int:
         """Thread blocks of a dispatch of ``num_tokens`` tokens (at most that many SMs busy)."""
@@ -134,7 +155,8 @@ class CudaBackend(Backend):
         capacity = cfg.expert_capacity if cfg.layout == "padded" else 0
         dk.dispatch[(workers.total,)](
             x_bits, idx, weights, x_bits.shape[0], sym["stage"].ptrs, sym["route"].ptrs,
-            sym["count"].ptrs, sym["sig"].ptrs, sym["ack"].ptrs, self.dispatch_state, self.base, sent,
+            sym["count"].ptrs, sym["sig"].ptrs, sym["ack"].ptrs, self.dispatch_state, self.base,
+            self._stamps("dispatch", (workers.count, workers.send, workers.recv)), sent,
             out_bits, out_w, rows, pair_w, tpe, cfg.rank, cfg.max_tokens_per_rank, capacity,
             self.timeout_ns, self.errors.data_ptr(), workers.count, workers.send, workers.recv,
             writers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
@@ -143,7 +165,7 @@ class CudaBackend(Backend):
             K_BLOCK=self.k_block, PAIR_BLOCK=min(MAX_PAIR_BLOCK, triton.next_power_of_2(
                 cfg.max_tokens_per_rank * cfg.top_k)),
             MODE=self.mode, LIKE=like, RECORDS=(not like) or sw, REPLICATE=replicate, FINAL=final,
-            **self._row_meta(cfg.hidden, cfg.dtype.itemsize))
+            PROFILE=self.timer.enabled, num_warps=NUM_WARPS, **self._row_meta(cfg.hidden, cfg.dtype.itemsize))
 
     def _combine_launch(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
                         weighted: bool, gather: bool) -> None:
@@ -153,11 +175,13 @@ class CudaBackend(Backend):
         ck.combine[(workers.send + workers.recv,)](
             rows_RF, bits, routes.rows_WMK, routes.weights_WMK, routes.idx_P, source_w,
             routes.sent_WT, num_tokens, sym["back"].ptrs, sym["back_sig"].ptrs, sym["back_ack"].ptrs,
-            self.combine_state, y, cfg.rank, cfg.max_tokens_per_rank, self.rows_max,
+            self.combine_state, self._stamps("combine", (workers.send, workers.recv)), y, cfg.rank,
+            cfg.max_tokens_per_rank, self.rows_max,
             self.timeout_ns, self.errors.data_ptr(), workers.send, workers.recv,
             WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k,
             K_BLOCK=self.k_block, MODE=self.mode, PARTIAL=partial, WEIGHTED=weighted and partial,
-            SUM_WEIGHTED=weighted and not partial, GATHER=gather,
+            SUM_WEIGHTED=weighted and not partial, GATHER=gather, PROFILE=self.timer.enabled,
+            num_warps=NUM_WARPS,
             **self._row_meta(rows_RF.shape[1], rows_RF.element_size()))
 
     # -- dispatch ---------------------------------------------------------------------------------

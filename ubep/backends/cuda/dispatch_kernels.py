@@ -138,14 +138,14 @@ def _receive_rows(i, stage_local, route_local, count_local, base_ptr, out_ptr, o
 @triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "capacity", "n_count", "n_send",
                               "n_recv", "n_writers"])
 def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs,
-             state_ptr, base_ptr, sent_ptr, out_ptr, out_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, rank,
-             tokens_max, capacity, timeout_ns, err_addr, n_count, n_send, n_recv, n_writers,
+             state_ptr, base_ptr, stamps_ptr, sent_ptr, out_ptr, out_w_ptr, rows_ptr, pair_w_ptr,
+             tpe_ptr, rank, tokens_max, capacity, timeout_ns, err_addr, n_count, n_send, n_recv, n_writers,
              WORLD: tl.constexpr, E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr,
              L_BLOCK: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
              HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
              NB_BLOCK: tl.constexpr, CB: tl.constexpr, PAIR_BLOCK: tl.constexpr,
              MODE: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
-             REPLICATE: tl.constexpr, FINAL: tl.constexpr):
+             REPLICATE: tl.constexpr, FINAL: tl.constexpr, PROFILE: tl.constexpr):
     """One launch of a dispatch (see the module doc); program roles by id: ``[0, n_count)`` count,
     then ``n_send`` token senders, then ``n_recv`` receivers. The first ``n_writers`` programs (the
     count group, plus the senders in ``sw``) publish the record; receivers wait for it if ``RECORDS``.
@@ -153,16 +153,19 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
     buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
     ``route [2, W, T_max * K, 4]``, ``count [2, W, E_LOCAL + 1]``, ``sig [2, W]``, ``ack [W]`` (int64);
-    ``state``: this buffer set's ``sync`` words; ``base [W, E_LOCAL]`` scratch. Outputs: ``sent [W,
+    ``state``: this buffer set's ``sync`` words; ``base [W, E_LOCAL]`` scratch; ``stamps [programs,
+    4]`` int64 (``PROFILE``). Outputs: ``sent [W,
     T_max]`` int8, ``out [rows, H]``, ``out_w [rows]``, ``rows`` / ``pair_w [W, T_max, K]`` (int64 /
     fp32, -1 / 0 where a pair is not here), ``tpe [E_LOCAL]``.
     """
     pid = tl.program_id(0)
     epoch = tl.load(state_ptr + sync.EPOCH) + 1
     slot = epoch & 1
+    sync.stamp(stamps_ptr, pid, 0, PROFILE)
     ack_local = tl.load(ack_ptrs + rank).to(tl.pointer_type(tl.int64))
     if pid < n_count + n_send:
         sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_DISPATCH_SLOT, WORLD)
+        sync.stamp(stamps_ptr, pid, 1, PROFILE)
         if pid < n_count:
             _count_role(pid, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, rank, slot, epoch,
                         n_count, tokens_max, WORLD, E_LOCAL, TOP_K, PAIR_BLOCK)
@@ -170,6 +173,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
             _send_role(pid - n_count, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot,
                        epoch, n_send, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
                        CB, LIKE)
+        sync.stamp(stamps_ptr, pid, 2, PROFILE)
         if pid < n_writers:
             sync.writer_done(state_ptr, n_writers, sig_ptrs, slot, rank, epoch, WORLD)
     else:
@@ -179,6 +183,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
         if RECORDS:
             sync.wait_records(sig_local, slot, epoch, timeout_ns, err_addr,
                               sync.WAIT_TOKENS if LIKE else sync.WAIT_COUNTS, WORLD)
+        sync.stamp(stamps_ptr, pid, 1, PROFILE)
         if not LIKE:
             _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL, W_BLOCK,
                       L_BLOCK)
@@ -190,4 +195,6 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                               rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr,
                               WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, MODE,
                               LIKE)
+        sync.stamp(stamps_ptr, pid, 2, PROFILE)
     sync.program_done(state_ptr, n_count + n_send + n_recv, ack_ptrs, rank, epoch, FINAL, WORLD)
+    sync.stamp(stamps_ptr, pid, 3, PROFILE)

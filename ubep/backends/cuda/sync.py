@@ -49,6 +49,14 @@ def now_ns():
 
 
 @triton.jit
+def stamp(stamps_ptr, pid, which: tl.constexpr, PROFILE: tl.constexpr):
+    """With ``PROFILE``, ``stamps[pid, which] = %globaltimer``: ``which`` 0 start, 1 first wait over,
+    2 work done, 3 finished (``ubep.backends.cuda.stamps`` turns them into phases); else nothing."""
+    if PROFILE:
+        tl.store(stamps_ptr + pid * 4 + which, now_ns())
+
+
+@triton.jit
 def load_acquire(ptr):
     """One int64 at ``ptr`` with acquire semantics at system scope (later loads see what the writer
     released before storing it)."""
