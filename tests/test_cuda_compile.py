@@ -60,7 +60,8 @@ def test_combine_compiles(mode, partial, gather):
     if gather:
         pointers.update(out_ptr="*fp32", out_bits_ptr="*i32", y_ptr="*fp32")
         rows = _rows(mode, 1, torch.float32.itemsize)
-    constants = {"WORLD": 8, "E_LOCAL": 32, "TOP_K": 8, "K_BLOCK": 8, "MODE": wire.MODE_CODES[mode],
+    constants = {"WORLD": 8, "W_BLOCK": 8, "E_LOCAL": 32, "TOP_K": 8, "K_BLOCK": 8,
+                 "MODE": wire.MODE_CODES[mode],
                  "PARTIAL": partial, "WEIGHTED": partial, "SUM_WEIGHTED": not partial and not gather,
                  "GATHER": gather, "PROFILE": partial, **rows}
     _compile(ck.combine, pointers, constants)

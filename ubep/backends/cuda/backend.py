@@ -31,7 +31,9 @@ INT_VIEW = {2: torch.int16, 4: torch.int32}  # rows move as integers of their el
 CHUNK_BYTES = 8192  # bytes of a row a program moves per step: few round trips per row
 MAX_PAIR_BLOCK = 1024
 NUM_WARPS = 8
-MAX_GROUP = 128  # programs per group; lower ids are scheduled first and never wait on higher ones
+# Programs per group: lower ids are scheduled first and never wait on higher ones, so a grid larger
+# than the GPU holds at once still completes.
+MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, sync.ACK_WORDS
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,9 +82,9 @@ class CudaBackend(Backend):
         i64 = torch.int64
         shapes = {
             "stage": ((2, w, tm, nb * be), self.int_view), "route": ((2, w, tm * k, 4), i64),
-            "count": ((2, w, el + 1), i64), "sig": ((2, w), i64), "ack": ((w,), i64),
-            "back": ((2, self.rows_max, nb * be), self.int_view), "back_sig": ((2, w), i64),
-            "back_ack": ((w,), i64),
+            "count": ((2, w, el + 1), i64), "sig": ((2, w, sync.FLAG_WORDS), i64),
+            "ack": ((w, sync.ACK_WORDS), i64), "back": ((2, self.rows_max, nb * be), self.int_view),
+            "back_sig": ((2, w, sync.FLAG_WORDS), i64), "back_ack": ((w, sync.ACK_WORDS), i64),
         }
         self.sym = {name: SymmetricBuffer(shape, dtype, group, device)
                     for name, (shape, dtype) in shapes.items()}
@@ -90,8 +92,8 @@ class CudaBackend(Backend):
             buf.local.zero_()  # epoch 0 is never used: zeroed flags and records match no call
         self.sym["sig"].barrier(int(cfg.timeout_s * 1000))  # every rank zeroed before any peer writes
         self.symmetric_bytes = sum(b.nbytes for b in self.sym.values())
-        self.dispatch_state = torch.zeros(sync.STATE_WORDS, dtype=i64, device=device)
-        self.combine_state = torch.zeros(sync.STATE_WORDS, dtype=i64, device=device)
+        self.dispatch_state = torch.zeros(sync.MAX_PROGRAMS, dtype=i64, device=device)
+        self.combine_state = torch.zeros(sync.MAX_PROGRAMS, dtype=i64, device=device)
         self.base = torch.empty(w, el, dtype=i64, device=device)
         self.errors = torch.zeros(3, dtype=i64, pin_memory=True)  # written by timed-out waits
         self.timeout_ns = int(cfg.timeout_s * 1e9)
@@ -133,8 +135,8 @@ class CudaBackend(Backend):
 
     def _workers(self, num_tokens: int) -> Workers:
         cfg = self.config
-        return Workers(count=min(cfg.num_experts, MAX_GROUP), send=max(1, min(num_tokens, MAX_GROUP)),
-                       recv=min(cfg.world_size * cfg.max_tokens_per_rank, MAX_GROUP))
+        return Workers(count=min(cfg.num_experts, MAX_COUNT), send=max(1, min(num_tokens, MAX_SEND)),
+                       recv=min(cfg.world_size * cfg.max_tokens_per_rank, MAX_RECV))
 
     def programs(self, num_tokens: int) -> int:
         """Thread blocks of a dispatch of ``num_tokens`` tokens (at most that many SMs busy)."""
@@ -178,8 +180,9 @@ class CudaBackend(Backend):
             self.combine_state, self._stamps("combine", (workers.send, workers.recv)), y, cfg.rank,
             cfg.max_tokens_per_rank, self.rows_max,
             self.timeout_ns, self.errors.data_ptr(), workers.send, workers.recv,
-            WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k,
-            K_BLOCK=self.k_block, MODE=self.mode, PARTIAL=partial, WEIGHTED=weighted and partial,
+            WORLD=cfg.world_size, W_BLOCK=triton.next_power_of_2(cfg.world_size),
+            E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,
+            PARTIAL=partial, WEIGHTED=weighted and partial,
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, PROFILE=self.timer.enabled,
             num_warps=NUM_WARPS,
             **self._row_meta(rows_RF.shape[1], rows_RF.element_size()))

@@ -123,7 +123,8 @@ def _reduce_token(t, back_local, idx_ptr, w_ptr, sent_ptr, y_ptr, epoch, tokens_
 @triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "rows_max", "n_send", "n_recv"])
 def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens,
             back_ptrs, sig_ptrs, ack_ptrs, state_ptr, stamps_ptr, y_ptr, rank, tokens_max, rows_max,
-            timeout_ns, err_addr, n_send, n_recv, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
+            timeout_ns, err_addr, n_send, n_recv, WORLD: tl.constexpr, W_BLOCK: tl.constexpr,
+            E_LOCAL: tl.constexpr,
             TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
             FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr,
             MODE: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr,
@@ -134,16 +135,18 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     ``rows`` / ``pair_w [W, T_max, K]``. Source side: ``idx`` / ``w [T * K]``, ``sent [W, T_max]``,
     ``y [T, H]`` (``GATHER``: ``[T, K, H]``). ``WEIGHTED``: the senders weight their partial sums;
     ``SUM_WEIGHTED``: the source weights each pair's row. ``K_BLOCK >= max(K, W)``. Symmetric
-    ``back [2, rows_max, NB * BE]`` (out's integer type), ``sig [2, W]``, ``ack [W]``; ``state``:
-    this buffer set's ``sync`` words; ``stamps [programs, 4]`` int64 (``PROFILE``).
+    ``back [2, rows_max, NB * BE]`` (out's integer type), ``sig [2, W, FLAG_WORDS]``, ``ack [W,
+    ACK_WORDS]``; ``state [MAX_PROGRAMS]``: this buffer set's epoch words (``sync``); ``stamps
+    [programs, 4]`` int64 (``PROFILE``).
     """
     pid = tl.program_id(0)
-    epoch = tl.load(state_ptr + sync.EPOCH) + 1
+    epoch = sync.call_epoch(state_ptr, pid)
     slot = epoch & 1
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
     if pid < n_send:
         ack_local = tl.load(ack_ptrs + rank).to(tl.pointer_type(tl.int64))
-        sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT, WORLD)
+        sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT, WORLD,
+                       W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
         for i in range(pid, WORLD * tokens_max, n_send):
             _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, slot, epoch,
@@ -151,11 +154,12 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
                        WEIGHTED)
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         if MODE != TFF:
-            sync.writer_done(state_ptr, n_send, sig_ptrs, slot, rank, epoch, WORLD)
+            sync.publish_flag(sig_ptrs, slot, rank, epoch, pid, WORLD)
     else:
         if MODE != TFF:
             sig_local = tl.load(sig_ptrs + rank).to(tl.pointer_type(tl.int64))
-            sync.wait_records(sig_local, slot, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, WORLD)
+            sync.wait_flags(sig_local, slot, epoch, n_send, timeout_ns, err_addr, sync.WAIT_ROWS,
+                            WORLD, W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
         back_local = tl.load(back_ptrs + rank).to(tl.pointer_type(out_bits_ptr.dtype.element_ty))
         back_local += (slot * rows_max) * (NB * BE)
@@ -164,5 +168,6 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
                           timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
                           NB_BLOCK, CB, MODE, PARTIAL, SUM_WEIGHTED, GATHER)
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
-    sync.program_done(state_ptr, n_send + n_recv, ack_ptrs, rank, epoch, True, WORLD)
+        sync.publish_acks(ack_ptrs, rank, epoch, pid - n_send, n_recv, WORLD)
+    sync.end_call(state_ptr, pid, n_send + n_recv, epoch)
     sync.stamp(stamps_ptr, pid, 3, PROFILE)

@@ -1,24 +1,25 @@
-"""Device-side synchronization of the CUDA backend: epochs, bounded spin-waits, batch records, acks.
+"""Device-side synchronization of the CUDA backend: epochs, flags, acks and bounded spin-waits.
 
 Every call of a buffer set (dispatch-like calls share one, combine-like calls another) has an epoch
-``e = 1, 2, ...`` kept on the device (``state[EPOCH]``, so CUDA-graph replays advance it) and uses the
-receive slot ``e & 1`` on every peer. Three kinds of words cross the link besides the rows:
+``e = 1, 2, ...`` and uses the receive slot ``e & 1`` on every peer. The epoch lives on the device so
+that CUDA-graph replays advance it: ``state[q]`` (``MAX_PROGRAMS`` int64 words) all hold the last
+finished call; program ``pid`` reads only ``state[pid]`` and, when its call ends, sets every word
+``q = pid (mod grid)``, so programs never wait for one another and launches of any grid size agree.
 
-- the *record* ``sig[slot][source] = e``: written by the source's last writer program after a
-  release, so everything the source's writers stored before it (counts, routes, ``sw`` rows) is
-  visible to a receiver that has read it with an acquire load;
-- the *ack* ``ack[peer] = e`` (in the sender's memory, written by the receiver when it has consumed
-  call ``e``): a sender writes call ``e`` into a peer's slot only once that peer acked ``e - 2``, the
-  last call that used the slot, whatever the order of calls; usually long true, so one local load;
-- rows themselves, whose arrival rules live in ``ubep.backends.cuda.wire``.
+Besides the rows (whose arrival rules live in ``ubep.backends.cuda.wire``), two kinds of words cross
+the link, each written with one release atomic per peer after a CTA barrier, so that everything the
+program stored before is visible to a reader that sees the word through an acquire load:
+
+- *flags* ``sig[slot, source, j] = e``: writer program ``j`` of ``source`` (the count group, plus the
+  senders in ``sw``) has stored its counts, routes (and rows); receivers wait for all of them;
+- *acks* ``ack[peer, q] = e`` (in the sender's memory): the peer's consuming program ``q (mod n)``
+  has finished reading call ``e``. A sender writes call ``e`` into a peer's slot only once every ack
+  word of that peer reads at least ``e - 2``, the last call that used the slot, whatever the order of
+  calls; that is usually long true, so the check is a few local loads.
 
 Every wait reads ``%globaltimer`` and gives up after ``timeout_ns``: it writes ``(phase code, peer,
 epoch)`` into an error word in pinned host memory, which the host checks without synchronizing
 (:data:`PHASES` names the codes), and lets the kernel finish, so no rank ever hangs.
-
-Program counting: ``state[WRITERS_DONE]`` counts writer programs; the last one publishes the records.
-``state[PROGRAMS_DONE]`` counts every program of a launch; the last one of a call's final launch writes
-the acks and advances the epoch (every program has read it by then).
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Words of a buffer set's int64 ``state``, and the phase codes of timed-out waits (kernel constants).
-EPOCH, WRITERS_DONE, PROGRAMS_DONE = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
-STATE_WORDS = 4
+MAX_PROGRAMS = 1024  # epoch words per buffer set: the largest grid of one launch
+FLAG_WORDS = 512  # flag words per (slot, source): the most writer programs of one launch
+ACK_WORDS = 256  # ack words per peer: the most consuming programs of one launch
 
 PHASES = {
     1: "dispatch: wait for counts and routes",
@@ -39,6 +40,8 @@ PHASES = {
 }
 WAIT_COUNTS, WAIT_TOKENS, WAIT_DISPATCH_SLOT, WAIT_ROWS, WAIT_COMBINE_SLOT = (
     tl.constexpr(code) for code in PHASES)
+_MAX_PROGRAMS, _FLAG_WORDS, _ACK_WORDS = (tl.constexpr(n) for n in (MAX_PROGRAMS, FLAG_WORDS,
+                                                                   ACK_WORDS))
 
 
 @triton.jit
@@ -57,10 +60,10 @@ def stamp(stamps_ptr, pid, which: tl.constexpr, PROFILE: tl.constexpr):
 
 
 @triton.jit
-def load_acquire(ptr):
-    """One int64 at ``ptr`` with acquire semantics at system scope (later loads see what the writer
-    released before storing it)."""
-    return tl.inline_asm_elementwise("ld.acquire.sys.global.b64 $0, [$1];", "=l,l", [ptr],
+def load_acquire(ptrs):
+    """int64 words at ``ptrs`` with acquire semantics at system scope (later loads see what the
+    writer released before storing them)."""
+    return tl.inline_asm_elementwise("ld.acquire.sys.global.b64 $0, [$1];", "=l,l", [ptrs],
                                      dtype=tl.int64, is_pure=False, pack=1)
 
 
@@ -76,64 +79,82 @@ def report(err_addr, code, peer, epoch):
 
 
 @triton.jit
-def _pending(value, target, AT_LEAST: tl.constexpr):
-    if AT_LEAST:
-        return value < target
-    else:
-        return value != target
+def call_epoch(state_ptr, pid):
+    """The epoch of the call this launch belongs to."""
+    return tl.load(state_ptr + pid) + 1
 
 
 @triton.jit
-def wait_word(ptr, target, timeout_ns, err_addr, code, peer, epoch, AT_LEAST: tl.constexpr):
-    """Spin until the int64 at ``ptr`` equals ``target`` (or is ``>= target`` with ``AT_LEAST``);
-    acquire semantics; a timeout is reported through the host error word."""
+def end_call(state_ptr, pid, grid, epoch):
+    """Program ``pid`` of a call's last launch of ``grid`` programs is done with call ``epoch``."""
+    q = tl.arange(0, _MAX_PROGRAMS)
+    tl.store(state_ptr + q, tl.zeros_like(q).to(tl.int64) + epoch, mask=q % grid == pid)
+
+
+@triton.jit
+def _pending(words, target, valid, AT_LEAST: tl.constexpr):
+    if AT_LEAST:
+        return valid & (words < target)
+    else:
+        return valid & (words != target)
+
+
+@triton.jit
+def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, code, epoch,
+               WORLD: tl.constexpr, W_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
+               AT_LEAST: tl.constexpr):
+    """Spin until the words ``base[s * row_stride + j]`` (``s < WORLD``, ``j < num_words``) all equal
+    ``target`` (or are ``>= target`` with ``AT_LEAST``); acquire semantics; a timeout is reported
+    naming the first peer ``s`` still missing."""
+    s = tl.arange(0, W_BLOCK)[:, None]
+    j = tl.arange(0, N_BLOCK)[None, :]
+    valid = (s < WORLD) & (j < num_words)
+    ptrs = base_ptr + tl.where(valid, s * row_stride + j, 0)
     deadline = now_ns() + timeout_ns
-    pending = _pending(load_acquire(ptr), target, AT_LEAST)
-    while pending & (now_ns() < deadline):
-        pending = _pending(load_acquire(ptr), target, AT_LEAST)
-    if pending:
+    pending = _pending(load_acquire(ptrs), target, valid, AT_LEAST)
+    while (tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0) & (now_ns() < deadline):
+        pending = _pending(load_acquire(ptrs), target, valid, AT_LEAST)
+    if tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0:
+        peer = tl.min(tl.min(tl.where(pending, s, W_BLOCK), 1), 0)
         report(err_addr, code, peer, epoch)
 
 
 @triton.jit
-def wait_acks(ack_ptr, epoch, timeout_ns, err_addr, code, WORLD: tl.constexpr):
-    """Wait until every peer has acked call ``epoch - 2`` in this rank's ``ack`` words."""
+def wait_acks(ack_local, epoch, timeout_ns, err_addr, code, WORLD: tl.constexpr,
+              W_BLOCK: tl.constexpr):
+    """Wait until every peer has finished reading call ``epoch - 2`` (this rank's ``ack [W,
+    ACK_WORDS]``)."""
+    wait_words(ack_local, _ACK_WORDS, _ACK_WORDS, epoch - 2, timeout_ns, err_addr, code, epoch,
+               WORLD, W_BLOCK, _ACK_WORDS, True)
+
+
+@triton.jit
+def wait_flags(sig_local, slot, epoch, num_writers, timeout_ns, err_addr, code,
+               WORLD: tl.constexpr, W_BLOCK: tl.constexpr):
+    """Wait until the ``num_writers`` flags of every source for call ``epoch`` are in this rank's
+    ``sig [2, W, FLAG_WORDS]``."""
+    wait_words(sig_local + slot * WORLD * _FLAG_WORDS, _FLAG_WORDS, num_writers, epoch, timeout_ns,
+               err_addr, code, epoch, WORLD, W_BLOCK, _FLAG_WORDS, False)
+
+
+@triton.jit
+def publish_flag(sig_ptrs, slot, rank, epoch, j, WORLD: tl.constexpr):
+    """Writer program ``j`` has stored everything: its flag to ``sig[slot, rank, j]`` on every peer."""
+    tl.debug_barrier()  # the program's stores precede the releases below
     for peer in tl.static_range(WORLD):
-        wait_word(ack_ptr + peer, epoch - 2, timeout_ns, err_addr, code, peer, epoch, True)
+        sig = tl.load(sig_ptrs + peer).to(tl.pointer_type(tl.int64))
+        tl.atomic_xchg(sig + (slot * WORLD + rank) * _FLAG_WORDS + j, epoch, sem="release",
+                       scope="sys")
 
 
 @triton.jit
-def wait_records(sig_ptr, slot, epoch, timeout_ns, err_addr, code, WORLD: tl.constexpr):
-    """Wait until every source's record for call ``epoch`` is in this rank's ``sig[slot]``."""
-    for source in tl.static_range(WORLD):
-        wait_word(sig_ptr + slot * WORLD + source, epoch, timeout_ns, err_addr, code, source, epoch,
-                  False)
-
-
-@triton.jit
-def writer_done(state_ptr, num_writers, sig_ptrs, slot, rank, epoch, WORLD: tl.constexpr):
-    """A writer program has stored everything; the last of ``num_writers`` publishes this rank's
-    record in every peer's ``sig[slot][rank]``."""
-    tl.debug_barrier()  # the program's stores precede the release below
-    old = tl.atomic_add(state_ptr + WRITERS_DONE, 1, sem="acq_rel", scope="sys")
-    if old == num_writers - 1:
-        tl.store(state_ptr + WRITERS_DONE, 0)
-        for peer in tl.static_range(WORLD):
-            sig = tl.load(sig_ptrs + peer).to(tl.pointer_type(tl.int64))
-            tl.atomic_xchg(sig + slot * WORLD + rank, epoch, sem="release", scope="sys")
-
-
-@triton.jit
-def program_done(state_ptr, num_programs, ack_ptrs, rank, epoch, FINAL: tl.constexpr,
-                 WORLD: tl.constexpr):
-    """A program of the launch is finished; the last of ``num_programs`` resets the count and, if this
-    launch ends the call, acks ``epoch`` to every peer and advances the epoch."""
-    tl.debug_barrier()
-    old = tl.atomic_add(state_ptr + PROGRAMS_DONE, 1, sem="acq_rel", scope="sys")
-    if old == num_programs - 1:
-        tl.store(state_ptr + PROGRAMS_DONE, 0)
-        if FINAL:
-            for peer in tl.static_range(WORLD):
-                ack = tl.load(ack_ptrs + peer).to(tl.pointer_type(tl.int64))
-                tl.atomic_xchg(ack + rank, epoch, sem="release", scope="sys")
-            tl.store(state_ptr + EPOCH, epoch)
+def publish_acks(ack_ptrs, rank, epoch, j, num_consumers, WORLD: tl.constexpr):
+    """Consuming program ``j`` of ``num_consumers`` has finished reading call ``epoch``: ack words
+    ``q = j (mod num_consumers)`` of ``ack[rank, :]`` on every peer."""
+    tl.debug_barrier()  # the program's loads of the slot precede the releases below
+    q = tl.arange(0, _ACK_WORDS)
+    mine = q % num_consumers == j
+    for peer in tl.static_range(WORLD):
+        ack = tl.load(ack_ptrs + peer).to(tl.pointer_type(tl.int64))
+        tl.atomic_xchg(ack + rank * _ACK_WORDS + q, tl.zeros_like(q).to(tl.int64) + epoch,
+                       mask=mine, sem="release", scope="sys")
