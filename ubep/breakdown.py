@@ -57,6 +57,9 @@ def profile_rank(rank: int, world_size: int, opts: ProfileOptions) -> dict:
     for step in range(opts.warmup + opts.iters):
         if step == opts.warmup:
             buf.reset_phase_times()
+        if device.type == "cuda":  # ranks start each step together: waits then measure the kernels
+            torch.distributed.barrier()
+            torch.cuda.synchronize()
         res = buf.dispatch(x, idx, w)
         buf.combine(res.recv_x, res.handle, reduce=opts.reduce)
     return {"phases": buf.phase_times(), "timeline": buf.worker_timeline()}

@@ -82,9 +82,9 @@ class CudaBackend(Backend):
         i64 = torch.int64
         shapes = {
             "stage": ((2, w, tm, nb * be), self.int_view), "route": ((2, w, tm * k, 4), i64),
-            "count": ((2, w, el + 1), i64), "sig": ((2, w, sync.FLAG_WORDS), i64),
+            "count": ((2, w, el + 1), i64), "sig": ((2, w), i64),
             "ack": ((w, sync.ACK_WORDS), i64), "back": ((2, self.rows_max, nb * be), self.int_view),
-            "back_sig": ((2, w, sync.FLAG_WORDS), i64), "back_ack": ((w, sync.ACK_WORDS), i64),
+            "back_sig": ((2, w), i64), "back_ack": ((w, sync.ACK_WORDS), i64),
         }
         self.sym = {name: SymmetricBuffer(shape, dtype, group, device)
                     for name, (shape, dtype) in shapes.items()}
@@ -92,8 +92,8 @@ class CudaBackend(Backend):
             buf.local.zero_()  # epoch 0 is never used: zeroed flags and records match no call
         self.sym["sig"].barrier(int(cfg.timeout_s * 1000))  # every rank zeroed before any peer writes
         self.symmetric_bytes = sum(b.nbytes for b in self.sym.values())
-        self.dispatch_state = torch.zeros(sync.MAX_PROGRAMS, dtype=i64, device=device)
-        self.combine_state = torch.zeros(sync.MAX_PROGRAMS, dtype=i64, device=device)
+        self.dispatch_state = torch.zeros(sync.STATE_WORDS, dtype=i64, device=device)
+        self.combine_state = torch.zeros(sync.STATE_WORDS, dtype=i64, device=device)
         self.base = torch.empty(w, el, dtype=i64, device=device)
         self.errors = torch.zeros(3, dtype=i64, pin_memory=True)  # written by timed-out waits
         self.timeout_ns = int(cfg.timeout_s * 1e9)

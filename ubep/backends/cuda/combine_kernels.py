@@ -135,9 +135,9 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     ``rows`` / ``pair_w [W, T_max, K]``. Source side: ``idx`` / ``w [T * K]``, ``sent [W, T_max]``,
     ``y [T, H]`` (``GATHER``: ``[T, K, H]``). ``WEIGHTED``: the senders weight their partial sums;
     ``SUM_WEIGHTED``: the source weights each pair's row. ``K_BLOCK >= max(K, W)``. Symmetric
-    ``back [2, rows_max, NB * BE]`` (out's integer type), ``sig [2, W, FLAG_WORDS]``, ``ack [W,
-    ACK_WORDS]``; ``state [MAX_PROGRAMS]``: this buffer set's epoch words (``sync``); ``stamps
-    [programs, 4]`` int64 (``PROFILE``).
+    ``back [2, rows_max, NB * BE]`` (out's integer type), ``sig [2, W]``, ``ack [W, ACK_WORDS]``;
+    ``state [STATE_WORDS]``: this buffer set's epoch words and writers' counter; ``stamps [programs,
+    4]`` int64 (``PROFILE``).
     """
     pid = tl.program_id(0)
     epoch = sync.call_epoch(state_ptr, pid)
@@ -154,12 +154,12 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
                        WEIGHTED)
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         if MODE != TFF:
-            sync.publish_flag(sig_ptrs, slot, rank, epoch, pid, WORLD)
+            sync.publish_record(state_ptr, n_send, sig_ptrs, slot, rank, epoch, WORLD)
     else:
         if MODE != TFF:
             sig_local = tl.load(sig_ptrs + rank).to(tl.pointer_type(tl.int64))
-            sync.wait_flags(sig_local, slot, epoch, n_send, timeout_ns, err_addr, sync.WAIT_ROWS,
-                            WORLD, W_BLOCK)
+            sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, WORLD,
+                             W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
         back_local = tl.load(back_ptrs + rank).to(tl.pointer_type(out_bits_ptr.dtype.element_ty))
         back_local += (slot * rows_max) * (NB * BE)

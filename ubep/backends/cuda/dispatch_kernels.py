@@ -3,15 +3,15 @@
 - count group (``n_count`` programs, experts strided over them): each expert's pair count and the
   stable order of each of its pairs (``ubep.layout.local_order``), written as *route entries*
   ``(epoch, local expert << 32 | order, weight bits)`` and a count straight into the expert's rank;
-  each program then publishes its flag on every rank (``sync.publish_flag``);
+  the group's last program then publishes this rank's record on every rank (``sync``);
 - token group (``n_send`` programs, tokens strided): each token once to every rank holding one of its
   experts (relay), into the staging slot ``[slot, source, t]``, which needs no offsets, in the wire
   format of the sync mode (``wire``);
-- receive group (``n_recv`` programs): waits for every source's flags, turns the count matrix into
+- receive group (``n_recv`` programs): waits for every source's record, turns the count matrix into
   the first receive row of each (source, local expert) (``ubep.layout.row_base``), then copies each
   staged token into the receive rows of its pairs as soon as that token has arrived.
 
-No grid-wide barrier: the groups meet only through the flags and the rows' own arrival rule. The
+No grid-wide barrier: the groups meet only through the records and the rows' own arrival rule. The
 compact layout runs the kernel twice in one call (counts first; the host then sizes the output), the
 padded layout once. ``LIKE`` (combine backward) resends new rows along a handle's recorded routes.
 """
@@ -148,14 +148,14 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
              REPLICATE: tl.constexpr, FINAL: tl.constexpr, PROFILE: tl.constexpr):
     """One launch of a dispatch (see the module doc); program roles by id: ``[0, n_count)`` count,
     then ``n_send`` token senders, then ``n_recv`` receivers. The first ``n_writers`` programs (the
-    count group, plus the senders in ``sw``) publish flags; receivers wait for them if ``RECORDS``.
+    count group, plus the senders in ``sw``) publish the record; receivers wait for it if ``RECORDS``.
     ``FINAL``: this launch ends the call (receivers ack, the epoch advances).
 
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
     buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
-    ``route [2, W, T_max * K, 4]``, ``count [2, W, E_LOCAL + 1]``, ``sig [2, W, FLAG_WORDS]``,
-    ``ack [W, ACK_WORDS]`` (int64); ``state [MAX_PROGRAMS]``: this buffer set's epoch words
-    (``sync``); ``base [W, E_LOCAL]`` scratch; ``stamps [programs, 4]`` int64 (``PROFILE``).
+    ``route [2, W, T_max * K, 4]``, ``count [2, W, E_LOCAL + 1]``, ``sig [2, W]``,
+    ``ack [W, ACK_WORDS]`` (int64); ``state [STATE_WORDS]``: this buffer set's epoch words and
+    writers' counter (``sync``); ``base [W, E_LOCAL]`` scratch; ``stamps [programs, 4]`` int64 (``PROFILE``).
     Outputs: ``sent [W, T_max]`` int8, ``out [rows, H]``, ``out_w [rows]``, ``rows`` / ``pair_w [W,
     T_max, K]`` (int64 / fp32, -1 / 0 where a pair is not here), ``tpe [E_LOCAL]``.
     """
@@ -177,14 +177,14 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                        CB, LIKE)
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         if pid < n_writers:
-            sync.publish_flag(sig_ptrs, slot, rank, epoch, pid, WORLD)
+            sync.publish_record(state_ptr, n_writers, sig_ptrs, slot, rank, epoch, WORLD)
     else:
         j = pid - n_count - n_send
         sig_local = tl.load(sig_ptrs + rank).to(tl.pointer_type(tl.int64))
         count_local = tl.load(count_ptrs + rank).to(tl.pointer_type(tl.int64))
         if RECORDS:
-            sync.wait_flags(sig_local, slot, epoch, n_writers, timeout_ns, err_addr,
-                            sync.WAIT_TOKENS if LIKE else sync.WAIT_COUNTS, WORLD, W_BLOCK)
+            sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr,
+                             sync.WAIT_TOKENS if LIKE else sync.WAIT_COUNTS, WORLD, W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
         if not LIKE:
             _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL, W_BLOCK,

@@ -2,16 +2,19 @@
 
 Every call of a buffer set (dispatch-like calls share one, combine-like calls another) has an epoch
 ``e = 1, 2, ...`` and uses the receive slot ``e & 1`` on every peer. The epoch lives on the device so
-that CUDA-graph replays advance it: ``state[q]`` (``MAX_PROGRAMS`` int64 words) all hold the last
+that CUDA-graph replays advance it: ``state[q]`` (``q < MAX_PROGRAMS``, int64) all hold the last
 finished call; program ``pid`` reads only ``state[pid]`` and, when its call ends, sets every word
 ``q = pid (mod grid)``, so programs never wait for one another and launches of any grid size agree.
 
 Besides the rows (whose arrival rules live in ``ubep.backends.cuda.wire``), two kinds of words cross
-the link, each written with one release atomic per peer after a CTA barrier, so that everything the
-program stored before is visible to a reader that sees the word through an acquire load:
+the link, each written with a release atomic after a CTA barrier, so that everything stored before
+is visible to a reader that has seen the word (volatile polls, then an acquire fence):
 
-- *flags* ``sig[slot, source, j] = e``: writer program ``j`` of ``source`` (the count group, plus the
-  senders in ``sw``) has stored its counts, routes (and rows); receivers wait for all of them;
+- the *record* ``sig[slot, source] = e``: every writer program of ``source`` (the count group, plus
+  the senders in ``sw``) has stored its counts, routes (and rows). Writers count themselves on a
+  local counter; the last one publishes the record on every peer (``publish_record``). One word per
+  source keeps the receivers' polls cheap; per-writer flags measured slower (each release waits for
+  the program's own remote stores, and the pollers had hundreds of words to read);
 - *acks* ``ack[peer, q] = e`` (in the sender's memory): the peer's consuming program ``q (mod n)``
   has finished reading call ``e``. A sender writes call ``e`` into a peer's slot only once every ack
   word of that peer reads at least ``e - 2``, the last call that used the slot, whatever the order of
@@ -28,7 +31,7 @@ import triton
 import triton.language as tl
 
 MAX_PROGRAMS = 1024  # epoch words per buffer set: the largest grid of one launch
-FLAG_WORDS = 512  # flag words per (slot, source): the most writer programs of one launch
+STATE_WORDS = MAX_PROGRAMS + 1  # the epoch words, then the writers' counter
 ACK_WORDS = 256  # ack words per peer: the most consuming programs of one launch
 
 PHASES = {
@@ -40,8 +43,7 @@ PHASES = {
 }
 WAIT_COUNTS, WAIT_TOKENS, WAIT_DISPATCH_SLOT, WAIT_ROWS, WAIT_COMBINE_SLOT = (
     tl.constexpr(code) for code in PHASES)
-_MAX_PROGRAMS, _FLAG_WORDS, _ACK_WORDS = (tl.constexpr(n) for n in (MAX_PROGRAMS, FLAG_WORDS,
-                                                                   ACK_WORDS))
+_MAX_PROGRAMS, _ACK_WORDS = tl.constexpr(MAX_PROGRAMS), tl.constexpr(ACK_WORDS)
 
 
 @triton.jit
@@ -60,11 +62,11 @@ def stamp(stamps_ptr, pid, which: tl.constexpr, PROFILE: tl.constexpr):
 
 
 @triton.jit
-def load_acquire(ptrs):
-    """int64 words at ``ptrs`` with acquire semantics at system scope (later loads see what the
-    writer released before storing them)."""
-    return tl.inline_asm_elementwise("ld.acquire.sys.global.b64 $0, [$1];", "=l,l", [ptrs],
-                                     dtype=tl.int64, is_pure=False, pack=1)
+def fence_acquire():
+    """A system-scope acquire-release fence in every thread: the loads after it see what writers
+    released before the words this thread's polls saw."""
+    return tl.inline_asm_elementwise("fence.acq_rel.sys; mov.u32 $0, 0;", "=r", [], dtype=tl.int32,
+                                     is_pure=False, pack=1)
 
 
 @triton.jit
@@ -103,20 +105,21 @@ def _pending(words, target, valid, AT_LEAST: tl.constexpr):
 def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, code, epoch,
                WORLD: tl.constexpr, W_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
                AT_LEAST: tl.constexpr):
-    """Spin until the words ``base[s * row_stride + j]`` (``s < WORLD``, ``j < num_words``) all equal
-    ``target`` (or are ``>= target`` with ``AT_LEAST``); acquire semantics; a timeout is reported
-    naming the first peer ``s`` still missing."""
+    """Spin (volatile polls) until the words ``base[s * row_stride + j]`` (``s < WORLD``,
+    ``j < num_words``) all equal ``target`` (or are ``>= target`` with ``AT_LEAST``), then fence; a
+    timeout is reported naming the first peer ``s`` still missing."""
     s = tl.arange(0, W_BLOCK)[:, None]
     j = tl.arange(0, N_BLOCK)[None, :]
     valid = (s < WORLD) & (j < num_words)
     ptrs = base_ptr + tl.where(valid, s * row_stride + j, 0)
     deadline = now_ns() + timeout_ns
-    pending = _pending(load_acquire(ptrs), target, valid, AT_LEAST)
+    pending = _pending(tl.load(ptrs, volatile=True), target, valid, AT_LEAST)
     while (tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0) & (now_ns() < deadline):
-        pending = _pending(load_acquire(ptrs), target, valid, AT_LEAST)
+        pending = _pending(tl.load(ptrs, volatile=True), target, valid, AT_LEAST)
     if tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0:
         peer = tl.min(tl.min(tl.where(pending, s, W_BLOCK), 1), 0)
         report(err_addr, code, peer, epoch)
+    fence_acquire()
 
 
 @triton.jit
@@ -129,22 +132,25 @@ def wait_acks(ack_local, epoch, timeout_ns, err_addr, code, WORLD: tl.constexpr,
 
 
 @triton.jit
-def wait_flags(sig_local, slot, epoch, num_writers, timeout_ns, err_addr, code,
-               WORLD: tl.constexpr, W_BLOCK: tl.constexpr):
-    """Wait until the ``num_writers`` flags of every source for call ``epoch`` are in this rank's
-    ``sig [2, W, FLAG_WORDS]``."""
-    wait_words(sig_local + slot * WORLD * _FLAG_WORDS, _FLAG_WORDS, num_writers, epoch, timeout_ns,
-               err_addr, code, epoch, WORLD, W_BLOCK, _FLAG_WORDS, False)
+def wait_record(sig_local, slot, epoch, timeout_ns, err_addr, code, WORLD: tl.constexpr,
+                W_BLOCK: tl.constexpr):
+    """Wait until every source's record for call ``epoch`` is in this rank's ``sig [2, W]``."""
+    wait_words(sig_local + slot * WORLD, 1, 1, epoch, timeout_ns, err_addr, code, epoch, WORLD,
+               W_BLOCK, 1, False)
 
 
 @triton.jit
-def publish_flag(sig_ptrs, slot, rank, epoch, j, WORLD: tl.constexpr):
-    """Writer program ``j`` has stored everything: its flag to ``sig[slot, rank, j]`` on every peer."""
-    tl.debug_barrier()  # the program's stores precede the releases below
-    for peer in tl.static_range(WORLD):
-        sig = tl.load(sig_ptrs + peer).to(tl.pointer_type(tl.int64))
-        tl.atomic_xchg(sig + (slot * WORLD + rank) * _FLAG_WORDS + j, epoch, sem="release",
-                       scope="sys")
+def publish_record(state_ptr, num_writers, sig_ptrs, slot, rank, epoch, WORLD: tl.constexpr):
+    """A writer program has stored everything; the last of ``num_writers`` (counted in
+    ``state[MAX_PROGRAMS]``) resets the count and publishes this rank's record in every peer's
+    ``sig[slot, rank]``."""
+    counter_ptr = state_ptr + _MAX_PROGRAMS
+    tl.debug_barrier()  # the program's stores precede the release below
+    if tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="sys") == num_writers - 1:
+        tl.store(counter_ptr, 0)
+        for peer in tl.static_range(WORLD):
+            sig = tl.load(sig_ptrs + peer).to(tl.pointer_type(tl.int64))
+            tl.atomic_xchg(sig + slot * WORLD + rank, epoch, sem="release", scope="sys")
 
 
 @triton.jit
