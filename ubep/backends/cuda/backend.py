@@ -33,7 +33,7 @@ MAX_PAIR_BLOCK = 1024
 NUM_WARPS = 8
 # Programs per group: lower ids are scheduled first and never wait on higher ones, so a grid larger
 # than the GPU holds at once still completes.
-MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, sync.ACK_WORDS
+MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,8 +83,8 @@ class CudaBackend(Backend):
         shapes = {
             "stage": ((2, w, tm, nb * be), self.int_view), "route": ((2, w, tm * k, 4), i64),
             "count": ((2, w, el + 1), i64), "sig": ((2, w), i64),
-            "ack": ((w, sync.ACK_WORDS), i64), "back": ((2, self.rows_max, nb * be), self.int_view),
-            "back_sig": ((2, w), i64), "back_ack": ((w, sync.ACK_WORDS), i64),
+            "ack": ((w,), i64), "back": ((2, self.rows_max, nb * be), self.int_view),
+            "back_sig": ((2, w), i64), "back_ack": ((w,), i64),
         }
         self.sym = {name: SymmetricBuffer(shape, dtype, group, device)
                     for name, (shape, dtype) in shapes.items()}
@@ -98,6 +98,8 @@ class CudaBackend(Backend):
         self.errors = torch.zeros(3, dtype=i64, pin_memory=True)  # written by timed-out waits
         self.timeout_ns = int(cfg.timeout_s * 1e9)
         self.k_block = triton.next_power_of_2(max(k, w))
+        # Receiving programs of every call's final launch: a constant, so acks count calls.
+        self.consumers = min(w * tm, MAX_RECV)
         self.last_launches: dict[str, LaunchStamps] = {}  # per op, with profiling on
 
     # -- errors -----------------------------------------------------------------------------------
@@ -136,7 +138,7 @@ class CudaBackend(Backend):
     def _workers(self, num_tokens: int) -> Workers:
         cfg = self.config
         return Workers(count=min(cfg.num_experts, MAX_COUNT), send=max(1, min(num_tokens, MAX_SEND)),
-                       recv=min(cfg.world_size * cfg.max_tokens_per_rank, MAX_RECV))
+                       recv=self.consumers)
 
     def programs(self, num_tokens: int) -> int:
         """Thread blocks of a dispatch of ``num_tokens`` tokens (at most that many SMs busy)."""
@@ -161,7 +163,7 @@ class CudaBackend(Backend):
             self._stamps("dispatch", (workers.count, workers.send, workers.recv)), sent,
             out_bits, out_w, rows, pair_w, tpe, cfg.rank, cfg.max_tokens_per_rank, capacity,
             self.timeout_ns, self.errors.data_ptr(), workers.count, workers.send, workers.recv,
-            writers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
+            writers, self.consumers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
             W_BLOCK=triton.next_power_of_2(cfg.world_size),
             L_BLOCK=triton.next_power_of_2(cfg.num_local_experts), TOP_K=cfg.top_k,
             K_BLOCK=self.k_block, PAIR_BLOCK=min(MAX_PAIR_BLOCK, triton.next_power_of_2(
@@ -179,7 +181,7 @@ class CudaBackend(Backend):
             routes.sent_WT, num_tokens, sym["back"].ptrs, sym["back_sig"].ptrs, sym["back_ack"].ptrs,
             self.combine_state, self._stamps("combine", (workers.send, workers.recv)), y, cfg.rank,
             cfg.max_tokens_per_rank, self.rows_max,
-            self.timeout_ns, self.errors.data_ptr(), workers.send, workers.recv,
+            self.timeout_ns, self.errors.data_ptr(), workers.send, workers.recv, self.consumers,
             WORLD=cfg.world_size, W_BLOCK=triton.next_power_of_2(cfg.world_size),
             E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,
             PARTIAL=partial, WEIGHTED=weighted and partial,

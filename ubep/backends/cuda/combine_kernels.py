@@ -120,10 +120,11 @@ def _reduce_token(t, back_local, idx_ptr, w_ptr, sent_ptr, y_ptr, epoch, tokens_
             tl.store(y_ptr + t.to(tl.int64) * HIDDEN + p_off, acc.to(dt), mask=is_payload)
 
 
-@triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "rows_max", "n_send", "n_recv"])
+@triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "rows_max", "n_send", "n_recv",
+                              "n_consumers"])
 def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens,
             back_ptrs, sig_ptrs, ack_ptrs, state_ptr, stamps_ptr, y_ptr, rank, tokens_max, rows_max,
-            timeout_ns, err_addr, n_send, n_recv, WORLD: tl.constexpr, W_BLOCK: tl.constexpr,
+            timeout_ns, err_addr, n_send, n_recv, n_consumers, WORLD: tl.constexpr, W_BLOCK: tl.constexpr,
             E_LOCAL: tl.constexpr,
             TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
             FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr,
@@ -135,7 +136,7 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     ``rows`` / ``pair_w [W, T_max, K]``. Source side: ``idx`` / ``w [T * K]``, ``sent [W, T_max]``,
     ``y [T, H]`` (``GATHER``: ``[T, K, H]``). ``WEIGHTED``: the senders weight their partial sums;
     ``SUM_WEIGHTED``: the source weights each pair's row. ``K_BLOCK >= max(K, W)``. Symmetric
-    ``back [2, rows_max, NB * BE]`` (out's integer type), ``sig [2, W]``, ``ack [W, ACK_WORDS]``;
+    ``back [2, rows_max, NB * BE]`` (out's integer type), ``sig [2, W]``, ``ack [W]``;
     ``state [STATE_WORDS]``: this buffer set's epoch words and writers' counter; ``stamps [programs,
     4]`` int64 (``PROFILE``).
     """
@@ -145,8 +146,8 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
     if pid < n_send:
         ack_local = tl.load(ack_ptrs + rank).to(tl.pointer_type(tl.int64))
-        sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT, WORLD,
-                       W_BLOCK)
+        sync.wait_acks(ack_local, epoch, n_consumers, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT,
+                       WORLD, W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
         for i in range(pid, WORLD * tokens_max, n_send):
             _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, slot, epoch,
@@ -168,6 +169,6 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
                           timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
                           NB_BLOCK, CB, MODE, PARTIAL, SUM_WEIGHTED, GATHER)
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
-        sync.publish_acks(ack_ptrs, rank, epoch, pid - n_send, n_recv, WORLD)
+        sync.publish_ack(ack_ptrs, rank, WORLD)
     sync.end_call(state_ptr, pid, n_send + n_recv, epoch)
     sync.stamp(stamps_ptr, pid, 3, PROFILE)

@@ -136,11 +136,11 @@ def _receive_rows(i, stage_local, route_local, count_local, base_ptr, out_ptr, o
 
 
 @triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "capacity", "n_count", "n_send",
-                              "n_recv", "n_writers"])
+                              "n_recv", "n_writers", "n_consumers"])
 def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs,
              state_ptr, base_ptr, stamps_ptr, sent_ptr, out_ptr, out_w_ptr, rows_ptr, pair_w_ptr,
              tpe_ptr, rank, tokens_max, capacity, timeout_ns, err_addr, n_count, n_send, n_recv, n_writers,
-             WORLD: tl.constexpr, E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr,
+             n_consumers, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr,
              L_BLOCK: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
              HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
              NB_BLOCK: tl.constexpr, CB: tl.constexpr, PAIR_BLOCK: tl.constexpr,
@@ -154,7 +154,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
     buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
     ``route [2, W, T_max * K, 4]``, ``count [2, W, E_LOCAL + 1]``, ``sig [2, W]``,
-    ``ack [W, ACK_WORDS]`` (int64); ``state [STATE_WORDS]``: this buffer set's epoch words and
+    ``ack [W]`` (int64); ``state [STATE_WORDS]``: this buffer set's epoch words and
     writers' counter (``sync``); ``base [W, E_LOCAL]`` scratch; ``stamps [programs, 4]`` int64 (``PROFILE``).
     Outputs: ``sent [W, T_max]`` int8, ``out [rows, H]``, ``out_w [rows]``, ``rows`` / ``pair_w [W,
     T_max, K]`` (int64 / fp32, -1 / 0 where a pair is not here), ``tpe [E_LOCAL]``.
@@ -165,8 +165,8 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
     if pid < n_count + n_send:
         ack_local = tl.load(ack_ptrs + rank).to(tl.pointer_type(tl.int64))
-        sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_DISPATCH_SLOT, WORLD,
-                       W_BLOCK)
+        sync.wait_acks(ack_local, epoch, n_consumers, timeout_ns, err_addr, sync.WAIT_DISPATCH_SLOT,
+                       WORLD, W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
         if pid < n_count:
             _count_role(pid, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, rank, slot, epoch,
@@ -199,7 +199,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                               LIKE)
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         if FINAL:
-            sync.publish_acks(ack_ptrs, rank, epoch, j, n_recv, WORLD)
+            sync.publish_ack(ack_ptrs, rank, WORLD)
     if FINAL:
         sync.end_call(state_ptr, pid, n_count + n_send + n_recv, epoch)
     sync.stamp(stamps_ptr, pid, 3, PROFILE)

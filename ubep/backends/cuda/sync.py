@@ -15,10 +15,11 @@ is visible to a reader that has seen the word (volatile polls, then an acquire f
   local counter; the last one publishes the record on every peer (``publish_record``). One word per
   source keeps the receivers' polls cheap; per-writer flags measured slower (each release waits for
   the program's own remote stores, and the pollers had hundreds of words to read);
-- *acks* ``ack[peer, q] = e`` (in the sender's memory): the peer's consuming program ``q (mod n)``
-  has finished reading call ``e``. A sender writes call ``e`` into a peer's slot only once every ack
-  word of that peer reads at least ``e - 2``, the last call that used the slot, whatever the order of
-  calls; that is usually long true, so the check is a few local loads.
+- *acks* ``ack[peer]`` (in the sender's memory): how many of the peer's consuming programs have
+  finished reading a call, over all calls; every call of a buffer set has the same number ``n`` of
+  consumers, so once ``ack[peer] >= (e - 2) * n`` the peer is done with call ``e - 2``, the last call
+  that used the slot, and a sender may write call ``e`` into it, whatever the order of calls. That is
+  usually long true, so the check is ``W`` local loads.
 
 Every wait reads ``%globaltimer`` and gives up after ``timeout_ns``: it writes ``(phase code, peer,
 epoch)`` into an error word in pinned host memory, which the host checks without synchronizing
@@ -32,7 +33,6 @@ import triton.language as tl
 
 MAX_PROGRAMS = 1024  # epoch words per buffer set: the largest grid of one launch
 STATE_WORDS = MAX_PROGRAMS + 1  # the epoch words, then the writers' counter
-ACK_WORDS = 256  # ack words per peer: the most consuming programs of one launch
 
 PHASES = {
     1: "dispatch: wait for counts and routes",
@@ -43,7 +43,7 @@ PHASES = {
 }
 WAIT_COUNTS, WAIT_TOKENS, WAIT_DISPATCH_SLOT, WAIT_ROWS, WAIT_COMBINE_SLOT = (
     tl.constexpr(code) for code in PHASES)
-_MAX_PROGRAMS, _ACK_WORDS = tl.constexpr(MAX_PROGRAMS), tl.constexpr(ACK_WORDS)
+_MAX_PROGRAMS = tl.constexpr(MAX_PROGRAMS)
 
 
 @triton.jit
@@ -123,12 +123,11 @@ def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, co
 
 
 @triton.jit
-def wait_acks(ack_local, epoch, timeout_ns, err_addr, code, WORLD: tl.constexpr,
+def wait_acks(ack_local, epoch, n_consumers, timeout_ns, err_addr, code, WORLD: tl.constexpr,
               W_BLOCK: tl.constexpr):
-    """Wait until every peer has finished reading call ``epoch - 2`` (this rank's ``ack [W,
-    ACK_WORDS]``)."""
-    wait_words(ack_local, _ACK_WORDS, _ACK_WORDS, epoch - 2, timeout_ns, err_addr, code, epoch,
-               WORLD, W_BLOCK, _ACK_WORDS, True)
+    """Wait until every peer has finished reading call ``epoch - 2`` (this rank's ``ack [W]``)."""
+    wait_words(ack_local, 1, 1, (epoch - 2) * n_consumers, timeout_ns, err_addr, code, epoch, WORLD,
+               W_BLOCK, 1, True)
 
 
 @triton.jit
@@ -154,13 +153,9 @@ def publish_record(state_ptr, num_writers, sig_ptrs, slot, rank, epoch, WORLD: t
 
 
 @triton.jit
-def publish_acks(ack_ptrs, rank, epoch, j, num_consumers, WORLD: tl.constexpr):
-    """Consuming program ``j`` of ``num_consumers`` has finished reading call ``epoch``: ack words
-    ``q = j (mod num_consumers)`` of ``ack[rank, :]`` on every peer."""
+def publish_ack(ack_ptrs, rank, WORLD: tl.constexpr):
+    """A consuming program has finished reading its call: count it in ``ack[rank]`` on every peer."""
     tl.debug_barrier()  # the program's loads of the slot precede the releases below
-    q = tl.arange(0, _ACK_WORDS)
-    mine = q % num_consumers == j
     for peer in tl.static_range(WORLD):
         ack = tl.load(ack_ptrs + peer).to(tl.pointer_type(tl.int64))
-        tl.atomic_xchg(ack + rank * _ACK_WORDS + q, tl.zeros_like(q).to(tl.int64) + epoch,
-                       mask=mine, sem="release", scope="sys")
+        tl.atomic_add(ack + rank, 1, sem="release", scope="sys")
