@@ -10,7 +10,7 @@ events after a warm-up; each figure is the median over the iterations with the m
 rank 0, plus the slowest rank's median. Bytes are those that crossed between rank 0 and the other
 ranks: for dispatch what rank 0 sent, for combine what came back to rank 0. ``programs`` is the
 cuda backend's grid (thread blocks, each on one SM at a time; at most that many SMs). Writes
-``results.csv`` and ``results.md`` under ``--out`` and prints the table.
+``results.csv``, ``results.md`` and ``results.png`` under ``--out`` and prints the table.
 """
 
 from __future__ import annotations
@@ -203,8 +203,38 @@ def main() -> int:
               f"{args.experts} experts, top-{args.top_k}, bf16; link ceiling (GPU0->GPU1 copy, "
               f"1 GiB) {ceiling:.0f} GB/s; {args.iters} iterations after {args.warmup} warm-up; "
               f"torch {torch.__version__}; {time.perf_counter() - t0:.0f} s")
-    print(write_table(summarize(per_rank, ceiling, args.ranks), args.out / "results", header))
+    table = summarize(per_rank, ceiling, args.ranks)
+    print(write_table(table, args.out / "results", header))
+    plot(table, args.out / "results.png", header)
     return 0
+
+
+def plot(table: list[dict], path: Path, title: str) -> None:
+    """Median µs against tokens per rank, one line per measured thing, uniform routing (maxvio 0);
+    skipped without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in table if r["maxvio"] == 0]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    for ax, op in zip(axes, ("dispatch", "combine"), strict=True):
+        for what in dict.fromkeys(r["what"] for r in rows if op in r["what"] or "a2a" in r["what"]):
+            pts = [(r["tokens"], r["median_us"]) for r in rows if r["what"] == what]
+            ax.plot(*zip(*pts, strict=True), marker="o", label=what)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens per rank")
+        ax.set_ylabel("median µs")
+        ax.set_title(op)
+        ax.legend(fontsize=6)
+    fig.suptitle(title, fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
