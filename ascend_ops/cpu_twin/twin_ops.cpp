@@ -19,12 +19,25 @@ namespace {
 
 GM_ADDR Gm(const at::Tensor& t) { return static_cast<GM_ADDR>(t.data_ptr()); }
 
+// Registers the call's windows (addresses in `table`, sizes from the tiling) for the launch.
+struct SharedWindows {
+  SharedWindows(const at::Tensor& table, const at::Tensor& tiling) {
+    const auto* t = reinterpret_cast<const EpTiling*>(tiling.data_ptr());
+    const auto* addr = table.data_ptr<int64_t>();
+    for (int64_t r = 0; r < t->world; ++r) {
+      AscendC::twin::shared_regions.push_back({reinterpret_cast<uint8_t*>(addr[r]), t->window_bytes});
+    }
+  }
+  ~SharedWindows() { AscendC::twin::shared_regions.clear(); }
+};
+
 struct TwinLaunch {
   static void Dispatch(int64_t blocks, const at::Tensor& x, const at::Tensor& idx, const at::Tensor& w,
                        const at::Tensor& table, const at::Tensor& recv_x, const at::Tensor& recv_w,
                        const at::Tensor& tpe, const at::Tensor& recv_rows, const at::Tensor& pair_w,
                        const at::Tensor& pair_base, const at::Tensor& counts, const at::Tensor& ws,
                        const at::Tensor& tiling) {
+    SharedWindows shared(table, tiling);
     AscendC::twin::launch(blocks, [&] {
       ubep_dispatch(Gm(x), Gm(idx), Gm(w), Gm(table), Gm(recv_x), Gm(recv_w), Gm(tpe), Gm(recv_rows), Gm(pair_w),
                     Gm(pair_base), Gm(counts), Gm(ws), Gm(tiling));
@@ -34,6 +47,7 @@ struct TwinLaunch {
                       const at::Tensor& recv_rows, const at::Tensor& pair_w, const at::Tensor& pair_base,
                       const at::Tensor& counts, const at::Tensor& table, const at::Tensor& y, const at::Tensor& ws,
                       const at::Tensor& tiling, int64_t dtype_code) {
+    SharedWindows shared(table, tiling);
     AscendC::twin::launch(blocks, [&] {
       ubep_combine(Gm(rows), Gm(idx), Gm(w), Gm(recv_rows), Gm(pair_w), Gm(pair_base), Gm(counts), Gm(table),
                    Gm(y), Gm(ws), Gm(tiling), dtype_code);

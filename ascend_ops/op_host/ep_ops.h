@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "tiling.h"
+#ifdef UBEP_CPU_TWIN
+#include "kernel_operator.h"  // the twin's lock table size
+#endif
 
 namespace ubep_ascend {
 
@@ -165,13 +168,19 @@ inline void PrepareWindow(const at::Tensor& window, int64_t world, int64_t rank,
       }
     }
   }
+  window.zero_();
   window.narrow(0, 0, t.window_bytes).copy_(host);
 }
 
 inline int64_t WindowBytes(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens,
                            at::ScalarType dtype, const std::string& sync) {
-  return MakeTiling(world, 0, hidden, num_experts, top_k, max_tokens, ElemBytes(dtype), dtype == at::kBFloat16,
-                    sync).window_bytes;
+  const int64_t bytes = MakeTiling(world, 0, hidden, num_experts, top_k, max_tokens, ElemBytes(dtype),
+                                   dtype == at::kBFloat16, sync).window_bytes;
+#ifdef UBEP_CPU_TWIN
+  return bytes + AscendC::twin::lock_table_bytes(bytes);  // the twin's per-transaction locks
+#else
+  return bytes;
+#endif
 }
 
 }  // namespace ubep_ascend

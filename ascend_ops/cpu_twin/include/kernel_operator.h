@@ -6,12 +6,12 @@
 // - GM is host memory. A die's HBM window is a shared mapping of /dev/shm that every die process
 //   maps, so peers' windows are ordinary pointers, as HCCL windows are on an A3.
 // - UB is a per-AIV 192 KiB arena (A3 AIV); TPipe::InitBuffer fails loudly beyond it.
-// - Visibility. A DataCopy into GM is delivered in 512-byte transactions aligned to 512 bytes (the
-//   UB fabric's guarantee on CM384 that tff/sp/dc rely on). The twin makes that observable: in
-//   every 512-byte chunk it stores bytes 32..511 first, then a release fence, then bytes 0..31
-//   (where flags and markers live). A DataCopy from GM reads bytes 0..31 of each chunk with acquire
-//   loads before the rest. So a reader that sees a chunk's new head sees its whole chunk. Nothing
-//   else is ordered between chunks or between copies except by PipeBarrier<PIPE_ALL>.
+// - Visibility. A DataCopy into a window is delivered in 512-byte transactions aligned to 512
+//   bytes, each seen whole (the UB fabric's guarantee on CM384 that tff, sp and dc rely on). The
+//   twin makes that exact: every 512-byte chunk of a window has a lock (a table after the window,
+//   see shared_regions), held while a DataCopy writes or reads that chunk. Chunks of one copy land
+//   in address order; the twin promises no more order than that (kernels fence with
+//   PipeBarrier<PIPE_ALL> where they need it).
 // - DataCacheCleanAndInvalid is a full fence here. GUESS: on hardware it is needed before a scalar
 //   GetValue of a word another die writes; the twin cannot detect a missing one (host caches are
 //   coherent), so the kernels call it wherever the documentation asks for it.
@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -50,7 +51,6 @@ namespace AscendC {
 
 constexpr int64_t UB_BYTES = 192 * 1024;
 constexpr int64_t GM_TRANSACTION = 512;  // bytes a DataCopy delivers whole
-constexpr int64_t GM_HEAD = 32;           // stored last, loaded first, in each transaction
 
 namespace twin {
 struct Core {
@@ -69,32 +69,48 @@ inline thread_local Core core;
   std::abort();
 }
 
-// Store bytes into GM as the fabric would: each 512-byte chunk's head after its tail.
-inline void gm_store(uint8_t* dst, const uint8_t* src, int64_t n) {
-  for (int64_t i = 0; i < n;) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(dst + i);
-    const int64_t in_chunk = static_cast<int64_t>(a % GM_TRANSACTION);
-    const int64_t len = std::min<int64_t>(n - i, GM_TRANSACTION - in_chunk);
-    const int64_t head = std::max<int64_t>(0, std::min<int64_t>(len, GM_HEAD - in_chunk));
-    std::memcpy(dst + i + head, src + i + head, len - head);
-    std::atomic_thread_fence(std::memory_order_release);
-    for (int64_t j = 0; j < head; ++j) __atomic_store_n(dst + i + j, src[i + j], __ATOMIC_RELEASE);
-    i += len;
+// Windows (GM that other dies read and write) are registered for the duration of a launch. Each
+// has a lock table after its last byte: one u32 per 512-byte chunk, so that every chunk of a
+// DataCopy is written and read whole, as one fabric transaction. Other GM (workspace, inputs,
+// outputs) is private to the die and copied plainly.
+struct Region {
+  uint8_t* base;
+  int64_t bytes;
+};
+inline std::vector<Region> shared_regions;
+
+inline int64_t lock_table_bytes(int64_t window_bytes) { return window_bytes / GM_TRANSACTION * 4; }
+
+inline uint32_t* chunk_lock(const uint8_t* p) {
+  for (const Region& r : shared_regions) {
+    if (p >= r.base && p < r.base + r.bytes) {
+      return reinterpret_cast<uint32_t*>(r.base + r.bytes) + (p - r.base) / GM_TRANSACTION;
+    }
   }
+  return nullptr;
 }
 
-inline void gm_load(uint8_t* dst, const uint8_t* src, int64_t n) {
+inline void lock(uint32_t* l) {
+  while (__atomic_exchange_n(l, 1u, __ATOMIC_ACQUIRE)) std::this_thread::yield();
+}
+inline void unlock(uint32_t* l) { __atomic_store_n(l, 0u, __ATOMIC_RELEASE); }
+
+// Copies chunk by chunk (512-byte aligned pieces of the GM side `gm`), each under its lock.
+inline void gm_copy(uint8_t* dst, const uint8_t* src, int64_t n, const uint8_t* gm) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int64_t i = 0; i < n;) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(src + i);
-    const int64_t in_chunk = static_cast<int64_t>(a % GM_TRANSACTION);
+    const int64_t in_chunk = static_cast<int64_t>(reinterpret_cast<uintptr_t>(gm + i) % GM_TRANSACTION);
     const int64_t len = std::min<int64_t>(n - i, GM_TRANSACTION - in_chunk);
-    const int64_t head = std::max<int64_t>(0, std::min<int64_t>(len, GM_HEAD - in_chunk));
-    for (int64_t j = 0; j < head; ++j) dst[i + j] = __atomic_load_n(src + i + j, __ATOMIC_ACQUIRE);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    std::memcpy(dst + i + head, src + i + head, len - head);
+    uint32_t* l = chunk_lock(gm + i);
+    if (l) lock(l);
+    std::memcpy(dst + i, src + i, len);
+    if (l) unlock(l);
     i += len;
   }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 }
+inline void gm_store(uint8_t* dst, const uint8_t* src, int64_t n) { gm_copy(dst, src, n, dst); }
+inline void gm_load(uint8_t* dst, const uint8_t* src, int64_t n) { gm_copy(dst, src, n, src); }
 
 template <typename T>
 void gm_atomic_add(T* dst, const T* src, int64_t count) {
