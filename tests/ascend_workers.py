@@ -32,7 +32,7 @@ def stress_worker(rank: int, world_size: int, sync: str, iterations: int) -> int
         time.sleep(delays.uniform(0, 0.003))
         reduce = ("source", "expert_rank")[it % 2]
         y = buf.combine(res.recv_x, res.handle, reduce=reduce)
-        outs = oracle.expert_outputs(idxs, lambda s, t, k, e: xs[s][t])
+        outs = oracle.expert_outputs(idxs, lambda s, t, k, e, xs=xs: xs[s][t])
         want_y = oracle.combine(outs, idxs, ws, rank, world_size, experts, reduce, True, hidden,
                                 torch.bfloat16)
         _check_equal(f"iteration {it}: combine({reduce})", y, want_y)

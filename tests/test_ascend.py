@@ -26,13 +26,14 @@ def cases_for(world: int, modes: tuple[str, ...]) -> list[Case]:
     experts = max(8, 2 * world)
     tokens = tuple((3 * s + 5) % 9 if s != 1 else 0 for s in range(world))
     shapes = [
-        dict(tokens=tokens, hidden=40, top_k=1, dtype="bf16"),
-        dict(tokens=tokens, hidden=72, top_k=2, dtype="fp16", layout="padded", drop=0.25, seed=1),
-        dict(tokens=tuple(t + 2 for t in tokens), hidden=24, top_k=8, dtype="fp32", maxvio=3.0, drop=0.1,
-             seed=2),
-        dict(tokens=tuple(t + 3 for t in tokens), hidden=200, top_k=4, dtype="bf16", layout="padded",
-             maxvio=1.0, seed=3, max_tokens=12),
-        dict(tokens=(0,) * world, hidden=24, top_k=2, seed=4, max_tokens=3),
+        {"tokens": tokens, "hidden": 40, "top_k": 1, "dtype": "bf16"},
+        {"tokens": tokens, "hidden": 72, "top_k": 2, "dtype": "fp16", "layout": "padded", "drop": 0.25,
+         "seed": 1},
+        {"tokens": tuple(t + 2 for t in tokens), "hidden": 24, "top_k": 8, "dtype": "fp32", "maxvio": 3.0,
+         "drop": 0.1, "seed": 2},
+        {"tokens": tuple(t + 3 for t in tokens), "hidden": 200, "top_k": 4, "dtype": "bf16",
+         "layout": "padded", "maxvio": 1.0, "seed": 3, "max_tokens": 12},
+        {"tokens": (0,) * world, "hidden": 24, "top_k": 2, "seed": 4, "max_tokens": 3},
     ]
     return [Case(num_experts=experts, backend="ascend", sync=modes[i % len(modes)], **shape)
             for i, shape in enumerate(shapes)]
@@ -70,8 +71,8 @@ def test_worker_split_follows_the_cost_model():
     for world in (2, 4, 8, 16):
         cfg = EPConfig(world_size=world, rank=0, hidden=200, num_experts=2 * world, top_k=4,
                        max_tokens_per_rank=12, dtype=torch.bfloat16)
-        split = best_split(DispatchShape(tokens=12, experts=2 * world, topk=4, bytes_per_token=400), TWIN_AIVS,
-                           cm384(world), cm384_ascend())
+        shape = DispatchShape(tokens=12, experts=2 * world, topk=4, bytes_per_token=400)
+        split = best_split(shape, TWIN_AIVS, cm384(world), cm384_ascend())
         assert worker_split(cfg) == (split.n_count, split.n_token)
         assert sum(worker_split(cfg)) == TWIN_AIVS
 
