@@ -3,6 +3,7 @@ loop with random delays and a rank that skips a call."""
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -15,7 +16,9 @@ from ubep import oracle, workloads
 
 def stress_worker(rank: int, world_size: int, sync: str, iterations: int) -> int:
     """``iterations`` dispatch + combine calls on one buffer, new routing each time, every rank
-    sleeping a random 0-3 ms (its own generator) before each call; returns mismatches (0)."""
+    sleeping a random 0-3 ms before each call and every AIV a random 0-200 µs before each window
+    copy (the twin's UBEP_TWIN_JITTER_US); raises on the first mismatch, else returns 0."""
+    os.environ["UBEP_TWIN_JITTER_US"] = "200"
     hidden, experts, top_k, max_tokens = 32, 2 * world_size, 3, 6
     buf = ubep.Buffer(hidden=hidden, num_experts=experts, top_k=top_k, max_tokens_per_rank=max_tokens,
                       dtype=torch.bfloat16, backend="ascend", sync=sync, timeout_s=60)

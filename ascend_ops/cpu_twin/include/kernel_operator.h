@@ -30,6 +30,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -95,8 +96,24 @@ inline void lock(uint32_t* l) {
 }
 inline void unlock(uint32_t* l) { __atomic_store_n(l, 0u, __ATOMIC_RELEASE); }
 
+// Stress testing: with UBEP_TWIN_JITTER_US=N every window copy first sleeps 0..N µs (per-AIV
+// random), which reorders AIVs and dies far more than scheduling alone does.
+inline int64_t jitter_us() {
+  static const int64_t us = [] {
+    const char* v = std::getenv("UBEP_TWIN_JITTER_US");
+    return v ? std::atoll(v) : 0;
+  }();
+  return us;
+}
+
+inline void jitter() {
+  thread_local std::minstd_rand rng(std::random_device{}());
+  std::this_thread::sleep_for(std::chrono::microseconds(rng() % (jitter_us() + 1)));
+}
+
 // Copies chunk by chunk (512-byte aligned pieces of the GM side `gm`), each under its lock.
 inline void gm_copy(uint8_t* dst, const uint8_t* src, int64_t n, const uint8_t* gm) {
+  if (jitter_us() && chunk_lock(gm)) jitter();
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int64_t i = 0; i < n;) {
     const int64_t in_chunk = static_cast<int64_t>(reinterpret_cast<uintptr_t>(gm + i) % GM_TRANSACTION);
@@ -337,9 +354,12 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
 enum class CacheLine { SINGLE_CACHE_LINE, ENTIRE_DATA_CACHE };
 enum class DcciDst { CACHELINE_ALL, CACHELINE_UB, CACHELINE_OUT, CACHELINE_ATOMIC };
 
+// A fence; and since kernels call it in every poll, the twin yields the CPU here so that W dies
+// of AIV threads can share a few cores.
 template <typename T, CacheLine line, DcciDst dst>
 void DataCacheCleanAndInvalid(const GlobalTensor<T>&) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::this_thread::yield();
 }
 
 template <typename T>
