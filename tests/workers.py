@@ -98,7 +98,7 @@ def run_case(rank: int, world_size: int, case: Case) -> dict:
     max_tokens = case.max_tokens or max(max(case.tokens), 1)
     buf = ubep.Buffer(hidden=case.hidden, num_experts=case.num_experts, top_k=case.top_k,
                       max_tokens_per_rank=max_tokens, dtype=dtype, layout=case.layout,
-                      profile=True, timeout_s=20, backend=case.backend, sync=case.sync)
+                      profile=True, timeout_s=60, backend=case.backend, sync=case.sync)
     cfg = buf.config
     x, idx, w = (t.to(buf.device) for t in inputs[rank])
     x = x.clone().requires_grad_(case.grads)

@@ -16,7 +16,7 @@ from ubep.backends.base import Backend, Handle
 from ubep.backends.reference import ReferenceBackend
 from ubep.config import REDUCTIONS, EPConfig
 
-BACKENDS = ("auto", "reference", "cuda")
+BACKENDS = ("auto", "reference", "cuda", "ascend")
 _DEVICE_OF_PG_BACKEND = {"gloo": "cpu", "nccl": "cuda", "hccl": "npu"}
 
 
@@ -73,6 +73,10 @@ def _make_backend(name: str, config: EPConfig, group, device: torch.device) -> B
         except ImportError as err:
             raise ValueError(f"backend='cuda' needs Triton and torch symmetric memory: {err}") from err
         return CudaBackend(config, group, device)
+    if name == "ascend":
+        from ubep.backends.ascend import AscendBackend
+
+        return AscendBackend(config, group, device)
     return ReferenceBackend(config, group, device)
 
 
@@ -87,7 +91,8 @@ class Buffer:
         max_tokens_per_rank: most tokens any rank passes to one dispatch.
         dtype: dtype of ``x`` (bf16, fp16 or fp32).
         backend: ``"reference"`` (torch.distributed collectives), ``"cuda"`` (NVLink symmetric
-            memory, one node) or ``"auto"`` (the reference, for now).
+            memory, one node), ``"ascend"`` (the Ascend C kernels; on CPU through their twin) or
+            ``"auto"`` (the reference, for now).
         layout: ``"compact"`` (prefill, training) or ``"padded"`` (decode, fixed shapes).
         sync: how a receiver learns that rows arrived (``ubep.protocol``): ``"sw"``
             (stop-and-wait), ``"tff"`` (token-flag fusion), ``"dc"`` (data checksum) or ``"sp"``

@@ -1,0 +1,72 @@
+// torch.ops.ubep_ascend: schemas (window tensors marked as mutated), the window helpers every
+// device shares, and the Meta (fake) implementations torch.compile traces with. The device
+// implementations register elsewhere: CPU (the twin, cpu_twin/twin_ops.cpp) and PrivateUse1 (the
+// NPU, op_host/npu_ops.cpp, built with CANN only).
+#include <torch/library.h>
+
+#include "ep_ops.h"
+
+namespace ubep_ascend {
+namespace {
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> DispatchMeta(
+    const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor&, at::TensorList windows, int64_t,
+    int64_t num_experts, int64_t max_tokens, bool padded, std::string_view, int64_t, int64_t, int64_t, double) {
+  const int64_t world = static_cast<int64_t>(windows.size()), K = topk_idx.size(1);
+  const int64_t rows = MaxRecvRows(world, num_experts, K, max_tokens, padded);
+  const auto i32 = x.options().dtype(at::kInt), f32 = x.options().dtype(at::kFloat);
+  return {at::empty({rows, x.size(1)}, x.options()), at::empty({rows}, f32),
+          at::empty({num_experts / world}, x.options().dtype(at::kLong)), at::empty({world, max_tokens, K}, i32),
+          at::empty({world, max_tokens, K}, f32), at::empty({world, max_tokens}, i32), at::empty({world, 2}, i32)};
+}
+
+at::Tensor CombineMeta(const at::Tensor& rows, const at::Tensor& topk_idx, const at::Tensor&, const at::Tensor&,
+                       const at::Tensor&, const at::Tensor&, const at::Tensor&, at::TensorList, int64_t, int64_t,
+                       int64_t hidden, at::ScalarType, std::string_view reduce, bool, std::string_view, int64_t,
+                       int64_t, double) {
+  const int64_t T = topk_idx.size(0);
+  return reduce == "pairs" ? at::empty({T, topk_idx.size(1)}, rows.options())
+                           : at::empty({T, hidden}, rows.options());
+}
+
+void PrepareWindowMeta(const at::Tensor&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, at::ScalarType,
+                       std::string_view) {}
+
+void PrepareWindowAny(const at::Tensor& window, int64_t world, int64_t rank, int64_t hidden, int64_t num_experts,
+                      int64_t top_k, int64_t max_tokens, at::ScalarType dtype, std::string_view sync) {
+  PrepareWindow(window, world, rank, hidden, num_experts, top_k, max_tokens, dtype, std::string(sync));
+}
+
+int64_t WindowBytesOp(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens,
+                      at::ScalarType dtype, std::string_view sync) {
+  return WindowBytes(world, hidden, num_experts, top_k, max_tokens, dtype, std::string(sync));
+}
+
+}  // namespace
+}  // namespace ubep_ascend
+
+TORCH_LIBRARY(ubep_ascend, m) {
+  m.def("window_bytes(int world, int hidden, int num_experts, int top_k, int max_tokens, ScalarType dtype, "
+        "str sync) -> int",
+        &ubep_ascend::WindowBytesOp);
+  m.def("prepare_window(Tensor(a!) window, int world, int rank, int hidden, int num_experts, int top_k, "
+        "int max_tokens, ScalarType dtype, str sync) -> ()");
+  m.def("dispatch(Tensor x, Tensor topk_idx, Tensor topk_weights, Tensor(a!)[] windows, int rank, "
+        "int num_experts, int max_tokens, bool padded, str sync, int epoch, int n_count, int n_token, "
+        "float timeout_s) -> (Tensor recv_x, Tensor recv_weights, Tensor tokens_per_expert, Tensor recv_rows, "
+        "Tensor recv_pair_weights, Tensor recv_pair_base, Tensor recv_counts)");
+  m.def("combine(Tensor rows, Tensor topk_idx, Tensor topk_weights, Tensor recv_rows, Tensor recv_pair_weights, "
+        "Tensor recv_pair_base, Tensor recv_counts, Tensor(a!)[] windows, int rank, int num_experts, int hidden, "
+        "ScalarType dtype, str reduce, bool weighted, str sync, int epoch, int n_workers, float timeout_s) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(ubep_ascend, Meta, m) {
+  m.impl("prepare_window", &ubep_ascend::PrepareWindowMeta);
+  m.impl("dispatch", &ubep_ascend::DispatchMeta);
+  m.impl("combine", &ubep_ascend::CombineMeta);
+}
+
+// Filling a window is a host-built pattern copied in, the same on every device.
+TORCH_LIBRARY_IMPL(ubep_ascend, CompositeExplicitAutograd, m) {
+  m.impl("prepare_window", &ubep_ascend::PrepareWindowAny);
+}

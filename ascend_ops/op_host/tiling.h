@@ -1,0 +1,94 @@
+// Host tiling: the byte layout of the windows and workspaces (EpTiling) for a layer shape, the sp
+// sentinels, and the message for a kernel that gave up waiting. Plain C++, no torch.
+//
+// Example: W = 2, H = 40 bf16, E = 8, K = 2, T_max = 4: a dispatch row is 80 token bytes + 28
+// route bytes -> 112 bytes (56 elements), one 512-byte block in sw/dc/sp and tff alike; a count
+// entry is 512 bytes; a slot holds 2 * 512 count bytes, 2 * 4 dispatch rows, 2 * 8 combine rows
+// and 2 * 8 pair-value rows of 512 bytes each, plus records.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "ep_tiling.h"
+
+namespace ubep_ascend {
+
+inline int64_t RoundUp(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+inline ubep::Mode ModeOf(const std::string& sync) {
+  if (sync == "sw") return ubep::Mode::SW;
+  if (sync == "tff") return ubep::Mode::TFF;
+  if (sync == "dc") return ubep::Mode::DC;
+  if (sync == "sp") return ubep::Mode::SP;
+  throw std::invalid_argument("sync must be one of sw, tff, dc, sp; got '" + sync + "'");
+}
+
+// sp sentinel candidate 0 of docs/PROTOCOL.md (a signaling NaN no arithmetic produces).
+inline int64_t Sentinel(int64_t elem_bytes, bool bf16) {
+  if (elem_bytes == 4) return 0xFFA5A5A5;
+  return bf16 ? 0xFFA5 : 0xFDA5;
+}
+
+// Geometry and workspace of a layer; the per-call fields (num_tokens, epoch, reduce, groups,
+// timeout) are left for the op to fill.
+inline EpTiling MakeTiling(int64_t world, int64_t rank, int64_t hidden, int64_t num_experts, int64_t top_k,
+                           int64_t max_tokens, int64_t elem_bytes, bool bf16, const std::string& sync) {
+  if (world < 1 || rank < 0 || rank >= world || hidden < 1 || top_k < 1 || max_tokens < 1 ||
+      num_experts % world || (elem_bytes != 2 && elem_bytes != 4)) {
+    throw std::invalid_argument("ubep_ascend: inconsistent layer shape");
+  }
+  EpTiling t{};
+  t.world = world;
+  t.rank = rank;
+  t.hidden = hidden;
+  t.num_experts = num_experts;
+  t.local_experts = num_experts / world;
+  t.top_k = top_k;
+  t.max_tokens = max_tokens;
+  t.elem_bytes = elem_bytes;
+  t.mode = static_cast<int64_t>(ModeOf(sync));
+  t.sentinel = Sentinel(elem_bytes, bf16);
+  t.sentinel_f32 = Sentinel(4, false);
+  t.route_bytes = 4 + 12 * top_k;
+  t.disp_hidden = RoundUp(hidden * elem_bytes + t.route_bytes, 16) / elem_bytes;
+  t.cnt_stride = RoundUp(32 + RoundUp((2 + t.local_experts) * 8, 32), BLOCK_BYTES);
+  t.disp_rows = max_tokens;
+  t.comb_rows = max_tokens * top_k;
+  const int64_t records = RoundUp(world * RECORD_STRIDE, BLOCK_BYTES);
+  t.cnt_off = 0;
+  t.disp_off = world * t.cnt_stride;
+  t.disp_rec_off = t.disp_off + world * t.disp_rows * dispatch_format(t).row_stride();
+  t.comb_off = t.disp_rec_off + records;
+  t.comb_rec_off = t.comb_off + world * t.comb_rows * combine_format(t).row_stride();
+  t.pair_off = t.comb_rec_off + records;
+  t.pair_rec_off = t.pair_off + world * t.comb_rows * pair_format(t).row_stride();
+  t.slot_bytes = RoundUp(t.pair_rec_off + records, 4096);
+  t.window_bytes = 2 * t.slot_bytes;
+  // workspace: status [0, 32), counters, per-destination collision flag and dc lanes, data, bases
+  t.ws_counters = 64;
+  t.ws_collide = RoundUp(t.ws_counters + 8 * COUNTER_STRIDE, BLOCK_BYTES);
+  t.ws_data = RoundUp(t.ws_collide + world * 32, BLOCK_BYTES);
+  const int64_t count_rows = world * RoundUp(2 + t.local_experts, 4) * 8;
+  const int64_t kept_rows = max_tokens * (top_k > world ? top_k : world) * (hidden * elem_bytes > 4 ? hidden * elem_bytes : 4);
+  t.ws_bases = RoundUp(t.ws_data + (count_rows > kept_rows ? count_rows : kept_rows), BLOCK_BYTES);
+  t.ws_bytes = RoundUp(t.ws_bases + num_experts * 8, BLOCK_BYTES);
+  return t;
+}
+
+// What a kernel that gave up was waiting for (status words phase, peer).
+inline std::string PhaseName(int64_t phase, int64_t peer) {
+  const std::string from = " from rank " + std::to_string(peer);
+  switch (phase) {
+    case PHASE_COUNTS: return peer >= 0 ? "dispatch: wait for counts" + from : "dispatch: gather counts";
+    case PHASE_TOKENS: return "dispatch: wait for tokens" + from;
+    case PHASE_OFFSETS: return "dispatch: wait for the count group's row offsets";
+    case PHASE_SENT: return "wait for this rank's senders";
+    case PHASE_HELLO: return "combine: wait for the handshake" + from;
+    case PHASE_RETURN: return "combine: wait for returned rows" + from;
+    default: return "unknown phase " + std::to_string(phase);
+  }
+}
+
+}  // namespace ubep_ascend

@@ -1,0 +1,106 @@
+"""The Ascend C kernels on their CPU twin (backend="ascend"), bit for bit against the oracle.
+
+Each rank process is one emulated die; W = 2, 4, 8 and 16 dies on a CM384-like two-tier fabric
+(the worker split comes from the cost model on ``cm384(W)``), all four sync modes, random and skewed
+routing, -1 slots, uneven and zero token counts, both layouts, both reductions weighted or not, and
+gradients. Needs the operator library that ``./build.sh test`` builds; skipped without it.
+"""
+
+import pytest
+import torch
+
+from tests.ascend_workers import skip_worker, stress_worker
+from tests.workers import Case, run_cases
+from ubep.backends.ascend import TWIN_AIVS, library_path, worker_split
+from ubep.config import EPConfig
+from ubep.launch import run_ranks
+from ubep.topology import cm384
+from ubep.tuning import DispatchShape, best_split, cm384_ascend
+
+pytestmark = pytest.mark.skipif(library_path() is None,
+                                reason="the ascend operator library is not built (./build.sh test builds it)")
+MODES = ("sw", "tff", "dc", "sp")
+
+
+def cases_for(world: int, modes: tuple[str, ...]) -> list[Case]:
+    experts = max(8, 2 * world)
+    tokens = tuple((3 * s + 5) % 9 if s != 1 else 0 for s in range(world))
+    shapes = [
+        {"tokens": tokens, "hidden": 40, "top_k": 1, "dtype": "bf16"},
+        {"tokens": tokens, "hidden": 72, "top_k": 2, "dtype": "fp16", "layout": "padded", "drop": 0.25,
+         "seed": 1},
+        {"tokens": tuple(t + 2 for t in tokens), "hidden": 24, "top_k": 8, "dtype": "fp32", "maxvio": 3.0,
+         "drop": 0.1, "seed": 2},
+        {"tokens": tuple(t + 3 for t in tokens), "hidden": 200, "top_k": 4, "dtype": "bf16",
+         "layout": "padded", "maxvio": 1.0, "seed": 3, "max_tokens": 12},
+        {"tokens": (0,) * world, "hidden": 24, "top_k": 2, "seed": 4, "max_tokens": 3},
+    ]
+    return [Case(num_experts=experts, backend="ascend", sync=modes[i % len(modes)], **shape)
+            for i, shape in enumerate(shapes)]
+
+
+@pytest.mark.parametrize("world, rounds", [(2, 4), (4, 2), (8, 1), (16, 1)])
+def test_matches_oracle(world, rounds):
+    """Every case in ``rounds`` sync modes (each shape meets each mode over the rounds)."""
+    cases = [c for r in range(rounds) for c in cases_for(world, MODES[r:] + MODES[:r])]
+    if world == 16:
+        cases = cases[:4]
+    run_ranks(run_cases, world, cases, timeout_s=400)
+
+
+@pytest.mark.parametrize("sync", MODES)
+def test_stress_random_delays(sync):
+    assert run_ranks(stress_worker, 3, sync, 12, timeout_s=300) == [0, 0, 0]
+
+
+@pytest.mark.parametrize("sync", ["tff", "sw"])
+def test_missing_peer_times_out(sync):
+    got = run_ranks(skip_worker, 2, sync, timeout_s=120)
+    assert got[1] == "skipped"
+    elapsed, message = got[0].split("|", 1)
+    assert "ubep rank 0: phase 'dispatch: wait for counts from rank 1' did not complete within 2 s" in message
+    assert 1.5 < float(elapsed) < 10
+
+
+def test_worker_split_follows_the_cost_model():
+    """The twin's 4 AIVs and an A3 die's 48 split as best_split says on cm384(W); the paper's
+    configuration (256 dies, T = 64, E = 256, K = 8, H = 7168 bf16) gives 12 count + 36 token AIVs."""
+    paper = EPConfig(world_size=256, rank=0, hidden=7168, num_experts=256, top_k=8, max_tokens_per_rank=64,
+                     dtype=torch.bfloat16)
+    assert worker_split(paper, 48) == (12, 36)
+    for world in (2, 4, 8, 16):
+        cfg = EPConfig(world_size=world, rank=0, hidden=200, num_experts=2 * world, top_k=4,
+                       max_tokens_per_rank=12, dtype=torch.bfloat16)
+        shape = DispatchShape(tokens=12, experts=2 * world, topk=4, bytes_per_token=400)
+        split = best_split(shape, TWIN_AIVS, cm384(world), cm384_ascend())
+        assert worker_split(cfg) == (split.n_count, split.n_token)
+        assert sum(worker_split(cfg)) == TWIN_AIVS
+
+
+def test_bad_hidden_is_rejected_before_communication(single_rank_group):
+    import ubep
+
+    with pytest.raises(ValueError, match="hidden must be <= 8192 for backend='ascend'"):
+        ubep.Buffer(hidden=8200, num_experts=4, top_k=2, max_tokens_per_rank=4, backend="ascend")
+
+
+def test_meta_shapes_for_torch_compile():
+    """The fake implementations give the shapes the CPU ops return (worst-case rows for dispatch)."""
+    from ubep.backends.ascend import load_ops
+
+    load_ops()
+    ops, meta = torch.ops.ubep_ascend, torch.device("meta")
+    windows = [torch.empty(1 << 20, dtype=torch.uint8, device=meta) for _ in range(2)]
+    x = torch.empty(5, 40, dtype=torch.bfloat16, device=meta)
+    idx = torch.empty(5, 3, dtype=torch.int64, device=meta)
+    w = torch.empty(5, 3, dtype=torch.float32, device=meta)
+    out = ops.dispatch(x, idx, w, windows, 0, 8, 6, False, "tff", 1, 1, 3, 1.0)
+    assert [tuple(t.shape) for t in out] == [(36, 40), (36,), (4,), (2, 6, 3), (2, 6, 3), (2, 6), (2, 2)]
+    padded = ops.dispatch(x, idx, w, windows, 0, 8, 6, True, "tff", 1, 1, 3, 1.0)
+    assert tuple(padded[0].shape) == (48, 40)
+    y = ops.combine(out[0], idx, w, *out[3:], windows, 0, 8, 40, torch.bfloat16, "expert_rank", True, "tff",
+                    2, 4, 1.0)
+    assert tuple(y.shape) == (5, 40) and y.dtype == torch.bfloat16
+    pairs = ops.combine(out[1], idx, w, *out[3:], windows, 0, 8, 40, torch.bfloat16, "pairs", False, "tff", 3,
+                        4, 1.0)
+    assert tuple(pairs.shape) == (5, 3)

@@ -1,0 +1,189 @@
+"""The Ascend backend: binds ``torch.ops.ubep_ascend`` (the Ascend C operator package, ``ascend_ops/``).
+
+Each call is one kernel launch: ``dispatch`` (count group and token group of AIVs, Data-as-Flag rows
+into peer windows, the hop-aware mapper) or ``combine`` (rows back to their sources, reduced there).
+``dispatch_like`` runs the dispatch kernel again on the handle's routing; ``return_pair_values`` is
+the combine kernel in its ``pairs`` mode (one fp32 per row back to its ``(t, k)`` slot).
+
+Every die owns a window that all dies write into (docs/ASCEND.md). Here, on the CPU twin, a rank
+process is a die and its window is a file in ``/dev/shm`` that every rank maps; the file name comes
+from an id rank 0 broadcasts, and each file is unlinked once every rank has mapped it. On an NPU the
+windows would be peer-mapped HBM (HCCL windows or Ascend SHMEM); that allocation is not written yet,
+so this backend runs on CPU tensors only.
+
+Calls are numbered (epochs 1, 2, 3, ... on every rank); call ``e`` uses window slot ``e & 1``. A rank
+whose peers do not arrive raises :class:`EPCommError` naming its rank and the phase after
+``config.timeout_s``; the buffer is unusable after that.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ubep.backends.base import Backend, EPCommError, Handle
+from ubep.config import EPConfig
+from ubep.topology import cm384
+from ubep.tuning import DispatchShape, best_split, cm384_ascend
+
+LIB_ENV = "UBEP_ASCEND_LIB"
+TWIN_AIVS = 4  # AIV threads per die on the CPU twin (an A3 die has 48)
+_LIB_NAMES = ("libubep_ascend_twin.so", "libubep_ascend.so")
+
+
+def library_path() -> Path | None:
+    """The built operator library: ``$UBEP_ASCEND_LIB``, else ``build/ascend_ops/`` of this checkout."""
+    if os.environ.get(LIB_ENV):
+        return Path(os.environ[LIB_ENV])
+    build = Path(__file__).resolve().parents[2] / "build" / "ascend_ops"
+    return next((build / n for n in _LIB_NAMES if (build / n).exists()), None)
+
+
+def load_ops() -> None:
+    """Registers ``torch.ops.ubep_ascend`` once; ValueError saying how to build it if missing."""
+    if hasattr(torch.ops, "ubep_ascend") and hasattr(torch.ops.ubep_ascend, "dispatch"):
+        return
+    path = library_path()
+    if path is None or not path.exists():
+        raise ValueError("backend='ascend' needs the operator library: run ./build.sh test (or cmake -S . -B "
+                         f"build && cmake --build build), or set {LIB_ENV}; not found: {path}")
+    torch.ops.load_library(str(path))
+
+
+def worker_split(cfg: EPConfig, num_aivs: int = TWIN_AIVS) -> tuple[int, int]:
+    """``(n_count, n_token)`` AIVs from the appendix-9 cost model on a CM384-like fabric of W dies."""
+    shape = DispatchShape(tokens=cfg.max_tokens_per_rank, experts=cfg.num_experts, topk=cfg.top_k,
+                          bytes_per_token=cfg.hidden * torch.finfo(cfg.dtype).bits // 8)
+    split = best_split(shape, num_aivs, cm384(cfg.world_size), cm384_ascend())
+    return split.n_count, split.n_token
+
+
+@dataclass(frozen=True, eq=False)
+class Routes:
+    """What the dispatch kernel recorded, reused by combine and backward.
+
+    Source side: ``topk_idx`` ``[T, K]`` int64 and ``topk_weights`` ``[T, K]`` fp32 (detached).
+    Destination side, per source ``s`` and staged token ``j``: ``recv_rows`` ``[W, T_max, K]`` int32
+    (receive row of each pair held here, else -1), ``recv_pair_weights`` ``[W, T_max, K]`` fp32,
+    ``recv_pair_base`` ``[W, T_max]`` int32 (the token's first pair index in the batch back to
+    ``s``), ``recv_counts`` ``[W, 2]`` int32 (tokens and pairs received from each source).
+    """
+
+    topk_idx: torch.Tensor
+    topk_weights: torch.Tensor
+    recv_rows: torch.Tensor
+    recv_pair_weights: torch.Tensor
+    recv_pair_base: torch.Tensor
+    recv_counts: torch.Tensor
+
+
+class _SharedWindows:
+    """One ``/dev/shm`` window per rank, mapped by every rank: ``tensors[r]`` is rank r's, uint8."""
+
+    def __init__(self, cfg: EPConfig, group: dist.ProcessGroup | None):
+        sync = cfg.sync
+        nbytes = torch.ops.ubep_ascend.window_bytes(cfg.world_size, cfg.hidden, cfg.num_experts, cfg.top_k,
+                                                    cfg.max_tokens_per_rank, cfg.dtype, sync)
+        token = [secrets.token_hex(8) if cfg.rank == 0 else None]
+        dist.broadcast_object_list(token, src=dist.get_global_rank(group, 0) if group else 0, group=group)
+        paths = [f"/dev/shm/ubep-{token[0]}-{r}" for r in range(cfg.world_size)]
+        fd = os.open(paths[cfg.rank], os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, nbytes)
+            own = mmap.mmap(fd, nbytes)
+        finally:
+            os.close(fd)
+        torch.ops.ubep_ascend.prepare_window(torch.frombuffer(own, dtype=torch.uint8), cfg.world_size,
+                                             cfg.rank, cfg.hidden, cfg.num_experts, cfg.top_k,
+                                             cfg.max_tokens_per_rank, cfg.dtype, sync)
+        dist.barrier(group=group)
+        self.maps = []
+        for r, path in enumerate(paths):
+            if r == cfg.rank:
+                self.maps.append(own)
+                continue
+            with open(path, "r+b") as f:
+                self.maps.append(mmap.mmap(f.fileno(), nbytes))
+        dist.barrier(group=group)
+        os.unlink(paths[cfg.rank])  # every rank holds its mapping; no file outlives the buffer
+        self.tensors = [torch.frombuffer(m, dtype=torch.uint8) for m in self.maps]
+        self.nbytes = nbytes
+
+
+class AscendBackend(Backend):
+    name = "ascend"
+
+    def __init__(self, config: EPConfig, group: dist.ProcessGroup | None, device: torch.device):
+        super().__init__(config, group, device)
+        if device.type != "cpu":
+            raise ValueError(f"backend='ascend' runs on the CPU twin only so far (peer-mapped NPU windows "
+                             f"are not allocated yet); the buffer's device is {device}")
+        if config.hidden > 8192:
+            raise ValueError(f"hidden must be <= 8192 for backend='ascend' (a row and its fp32 sums fit "
+                             f"in an AIV's 192 KiB UB), got {config.hidden}")
+        load_ops()
+        self.windows = _SharedWindows(config, group)
+        self.symmetric_bytes = self.windows.nbytes
+        self.n_count, self.n_token = worker_split(config)
+        self.epoch = 0
+
+    def _next_epoch(self) -> int:
+        if self.epoch >= 2**63 - 1:
+            raise EPCommError(f"ubep rank {self.config.rank}: the buffer made 2^63 - 1 calls; make a new one")
+        self.epoch += 1
+        return self.epoch
+
+    def _call(self, op, *args):
+        try:
+            return op(*args)
+        except RuntimeError as err:
+            message = str(err).splitlines()[0]
+            if "did not complete within" in message:
+                raise EPCommError(message) from None
+            raise
+
+    def _dispatch_op(self, x_TH, topk_idx_TK, topk_weights_TK):
+        cfg = self.config
+        return self._call(torch.ops.ubep_ascend.dispatch, x_TH.contiguous(), topk_idx_TK.long().contiguous(),
+                          topk_weights_TK.detach().float().contiguous(), self.windows.tensors, cfg.rank,
+                          cfg.num_experts, cfg.max_tokens_per_rank, cfg.layout == "padded", cfg.sync,
+                          self._next_epoch(), self.n_count, self.n_token, cfg.timeout_s)
+
+    def dispatch(self, x_TH, topk_idx_TK, topk_weights_TK):
+        cfg = self.config
+        with self.timer.phase("dispatch: kernel"):
+            recv_x, recv_w, tpe, rows, pair_w, pair_base, counts = self._dispatch_op(
+                x_TH, topk_idx_TK, topk_weights_TK)
+        num_rows = (cfg.num_local_experts * cfg.expert_capacity if cfg.layout == "padded"
+                    else int(tpe.sum()))
+        routes = Routes(topk_idx_TK.long(), topk_weights_TK.detach().float(), rows, pair_w, pair_base, counts)
+        handle = Handle(cfg, x_TH.shape[0], topk_weights_TK, recv_w[:num_rows], tpe, num_rows, None, routes)
+        recv_weights = handle.row_weights.clone().view(handle.rows_shape())
+        return recv_x[:num_rows].view(handle.rows_shape(cfg.hidden)), recv_weights, handle
+
+    def dispatch_like(self, x_TH, handle):
+        with self.timer.phase("dispatch: kernel"):
+            recv_x = self._dispatch_op(x_TH, handle.routes.topk_idx, handle.routes.topk_weights)[0]
+        return recv_x[: handle.num_rows].view(handle.rows_shape(x_TH.shape[1]))
+
+    def _combine_op(self, rows, handle: Handle, reduce: str, weighted: bool) -> torch.Tensor:
+        cfg, r = self.config, handle.routes
+        return self._call(torch.ops.ubep_ascend.combine, rows.contiguous(), r.topk_idx, r.topk_weights,
+                          r.recv_rows, r.recv_pair_weights, r.recv_pair_base, r.recv_counts,
+                          self.windows.tensors, cfg.rank, cfg.num_experts, cfg.hidden, cfg.dtype, reduce,
+                          weighted, cfg.sync, self._next_epoch(), self.n_count + self.n_token, cfg.timeout_s)
+
+    def combine(self, expert_out, handle, reduce, weighted):
+        with self.timer.phase("combine: kernel"):
+            rows = expert_out.reshape(handle.num_rows, expert_out.shape[-1])
+            return self._combine_op(rows, handle, reduce, weighted)
+
+    def return_pair_values(self, values_R, handle):
+        with self.timer.phase("combine: kernel"):
+            return self._combine_op(values_R.float().reshape(-1), handle, "pairs", False)
