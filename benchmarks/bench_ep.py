@@ -4,8 +4,9 @@
 
 One run measures, per routing case: the ubep backends (reference on NCCL, cuda on NVLink symmetric
 memory, in each sync mode; dispatch, combine with each reduction), NCCL's
-``all_to_all_single`` sending every (token, expert) pair (the naive per-expert all-to-all), and once
-per run a large peer-to-peer copy between GPU 0 and GPU 1 as the link ceiling. Times come from CUDA
+``all_to_all_single`` sending every (token, expert) pair (the naive per-expert all-to-all), the same
+rows through torch's NVSHMEM ``all_to_all_vdev`` with ``--vdev`` where it runs, and once per run a large
+peer-to-peer copy between GPU 0 and GPU 1 as the link ceiling. Times come from CUDA
 events after a warm-up; each figure is the median over the iterations with the min-max spread, on
 rank 0, plus the slowest rank's median. Bytes are those that crossed between rank 0 and the other
 ranks: for dispatch what rank 0 sent, for combine what came back to rank 0. ``programs`` is the
@@ -16,6 +17,7 @@ cuda backend's grid (thread blocks, each on one SM at a time; at most that many 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -69,17 +71,22 @@ def _time(fn, iters: int, warmup: int) -> list[float]:
     return out
 
 
+def _routing(rank: int, tokens: int, maxvio: float, args, dev):
+    """This rank's ``(x [T, H] bf16, topk_idx [T, K], topk_weights [T, K])`` for one case."""
+    gen = torch.Generator().manual_seed(rank * 131 + tokens)
+    idx = skewed_topk(tokens, args.experts, args.top_k, maxvio=maxvio,
+                      hot_experts=list(range(0, args.experts, args.experts // 8))
+                      if maxvio else [], generator=gen).to(dev)
+    x = origin_tokens(rank, tokens, args.hidden, torch.bfloat16).to(dev)
+    return x, idx, origin_weights(rank, tokens, args.top_k).to(dev)
+
+
 def bench_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
     dev = torch.device("cuda", torch.cuda.current_device())
     rows = []
     for tokens in args.tokens:
         for maxvio in args.maxvio:
-            gen = torch.Generator().manual_seed(rank * 131 + tokens)
-            idx = skewed_topk(tokens, args.experts, args.top_k, maxvio=maxvio,
-                              hot_experts=list(range(0, args.experts, args.experts // 8))
-                              if maxvio else [], generator=gen).to(dev)
-            x = origin_tokens(rank, tokens, args.hidden, torch.bfloat16).to(dev)
-            w = origin_weights(rank, tokens, args.top_k).to(dev)
+            x, idx, w = _routing(rank, tokens, maxvio, args, dev)
             case = {"tokens": tokens, "maxvio": maxvio}
             wire = None
             for backend, sync, layout in _variants(args):
@@ -147,18 +154,57 @@ def _graph_rows(buf, x, idx, w, case: dict, wire, name: str, programs, args) -> 
     return rows
 
 
-def _naive_a2a(x, idx, args, world: int) -> list[float]:
-    """NCCL all_to_all_single of one row per (token, expert) pair, split sizes known in advance."""
+def _per_expert_rows(x, idx, args, world: int):
+    """``(rows [P, H], rows per destination rank [W])``: one row per (token, expert) pair, ordered by
+    expert, as a per-expert all-to-all sends them."""
     local = args.experts // world
     flat = idx.flatten()
     order = torch.argsort(torch.where(flat >= 0, flat, args.experts), stable=True)
     send = x[order[: int((flat >= 0).sum())] // args.top_k]
-    send_counts = torch.bincount(flat[flat >= 0] // local, minlength=world)
+    return send, torch.bincount(flat[flat >= 0] // local, minlength=world)
+
+
+def _naive_a2a(x, idx, args, world: int) -> list[float]:
+    """NCCL all_to_all_single of one row per (token, expert) pair, split sizes known in advance."""
+    send, send_counts = _per_expert_rows(x, idx, args, world)
     recv_counts = torch.empty_like(send_counts)
     dist.all_to_all_single(recv_counts, send_counts)
     recv = send.new_empty(int(recv_counts.sum()), x.shape[1])
     sc, rc = send_counts.tolist(), recv_counts.tolist()
     return _time(lambda: dist.all_to_all_single(recv, send, rc, sc), args.iters, args.warmup)
+
+
+def vdev_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
+    """torch's ``all_to_all_vdev`` (NVSHMEM) moving the per-expert all-to-all's rows, uniform routing,
+    in processes of its own (it switches symmetric memory to NVSHMEM); ``[{"error": why}]`` where it
+    cannot run."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        symm_mem.set_backend("NVSHMEM")
+        group = dist.group.WORLD.group_name
+        rows = []
+        for tokens in args.tokens:
+            x, idx, _ = _routing(rank, tokens, 0.0, args, dev)
+            send, counts = _per_expert_rows(x, idx, args, world)
+            cap = tokens * args.top_k * args.hidden  # elements one rank sends at most
+            inp = symm_mem.empty(cap, dtype=torch.bfloat16, device=dev)
+            out = symm_mem.empty(world * cap, dtype=torch.bfloat16, device=dev)
+            splits = symm_mem.empty(world, dtype=torch.int64, device=dev)
+            out_splits = symm_mem.empty(2, world, dtype=torch.int64, device=dev)
+            for t in (inp, out, splits, out_splits):
+                symm_mem.rendezvous(t, group)
+            inp[: send.numel()].copy_(send.flatten())
+            splits.copy_(counts * args.hidden)
+            remote = int(counts.sum() - counts[rank]) * args.hidden * 2
+            call = functools.partial(torch.ops.symm_mem.all_to_all_vdev, inp, out, splits,
+                                     out_splits, group)
+            rows.append({"tokens": tokens, "maxvio": 0.0, "what": "torch all_to_all_vdev per expert",
+                         "bytes": remote, "us": _time(call, args.iters, args.warmup)})
+        return rows
+    except Exception as err:  # the op, NVSHMEM or its bootstrap missing: report, do not fail the run
+        return [{"error": f"{type(err).__name__}: {err}"}]
 
 
 def summarize(per_rank: list[list[dict]], ceiling: float, world: int) -> list[dict]:
@@ -189,6 +235,8 @@ def main() -> int:
     p.add_argument("--backends", nargs="+", default=["reference", "cuda"],
                    help="the reference comes first: its handle counts the bytes")
     p.add_argument("--syncs", nargs="+", default=["sw", "tff"], help="sync modes of the cuda backend")
+    p.add_argument("--vdev", action="store_true",
+                   help="also time torch's all_to_all_vdev (NVSHMEM; not yet run on our machines)")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("bench-out"))
@@ -204,6 +252,12 @@ def main() -> int:
               f"1 GiB) {ceiling:.0f} GB/s; {args.iters} iterations after {args.warmup} warm-up; "
               f"torch {torch.__version__}; {time.perf_counter() - t0:.0f} s")
     table = summarize(per_rank, ceiling, args.ranks)
+    if args.vdev:
+        vdev = run_ranks(vdev_rank, args.ranks, args, pg_backend="nccl", timeout_s=300)
+        if "error" in vdev[0][0]:
+            header += f"; torch all_to_all_vdev not measured: {vdev[0][0]['error']}"
+        else:
+            table += summarize(vdev, ceiling, args.ranks)
     print(write_table(table, args.out / "results", header))
     plot(table, args.out / "results.png", header)
     return 0

@@ -10,5 +10,5 @@ out=${1:-bench-out}
 mkdir -p "$out"
 status=0
 python3 -m pytest -q tests/test_cuda_wire.py tests/test_cuda.py || status=1
-PYTHONPATH=. python3 benchmarks/bench_ep.py --out "$out/bench" || status=1
+PYTHONPATH=. python3 benchmarks/bench_ep.py --vdev --out "$out/bench" || status=1
 exit $status
