@@ -1,9 +1,11 @@
 """Dispatch cost model: hand-worked numbers, the paper's trends, calibration, the bucket cache, errors."""
 
 import itertools
+import json
 import math
 from dataclasses import replace
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import torch
@@ -295,3 +297,16 @@ def test_small_buckets_for_decode():
 def test_bad_arguments_are_named(call, error, words):
     with pytest.raises(error, match=words):
         call()
+
+
+def test_split_vectors_match_a_fresh_build():
+    """tests/vectors/split.json (replayed by the C++ host tiling's ctest) is what best_split says now;
+    rewrite it with ``python -m ubep.tuning.vectors --write tests/vectors/split.json``."""
+    from ubep.tuning import vectors
+
+    stored = Path(__file__).parent / "vectors" / "split.json"
+    assert stored.read_text() == vectors.render()
+    cases = json.loads(stored.read_text())["cases"]
+    assert len(cases) >= 100 and {c["n_workers"] for c in cases} == set(vectors.WORKERS)
+    paper = {(c["world"], c["tokens"]): c["n_count"] for c in cases[:2]}
+    assert paper == {(256, 64): 12, (128, 128): 1}

@@ -1,5 +1,6 @@
 // A small JSON reader for the shared test vectors: objects, arrays, strings without escapes,
-// integers (int64, or uint64 when positive), true, false, null. Host-only test code.
+// integers (int64, or uint64 when positive), numbers with a fraction or exponent (double), true,
+// false, null. Host-only test code.
 #pragma once
 
 #include <cstdint>
@@ -14,10 +15,11 @@
 namespace json {
 
 struct Value {
-  enum Kind { Null, Bool, Int, String, Array, Object } kind = Null;
+  enum Kind { Null, Bool, Int, Double, String, Array, Object } kind = Null;
   bool b = false;
   int64_t i = 0;
   uint64_t u = 0;
+  double d = 0.0;
   std::string s;
   std::vector<Value> a;
   std::map<std::string, Value> o;
@@ -111,6 +113,13 @@ class Parser {
       v.kind = Value::Bool; p_ += 5;
     } else if (t_.compare(p_, 4, "null") == 0) {
       p_ += 4;
+    } else if (const size_t end = t_.find_first_of(",]} \n\t\r", p_);
+               t_.substr(p_, end - p_).find_first_of(".eE") != std::string::npos) {
+      size_t used = 0;
+      v.kind = Value::Double;
+      v.d = std::stod(t_.substr(p_, end - p_), &used);  // correctly rounded: Python's repr round-trips
+      if (used != end - p_) fail("bad number");
+      p_ = end;
     } else {
       size_t used = 0;
       v.kind = Value::Int;
@@ -121,7 +130,6 @@ class Parser {
         v.u = std::stoull(t_.substr(p_, 24), &used);
         v.i = static_cast<int64_t>(v.u);
       }
-      if (p_ + used < t_.size() && (t_[p_ + used] == '.' || t_[p_ + used] == 'e')) fail("not an integer");
       p_ += used;
     }
     return v;
