@@ -63,18 +63,24 @@ def test_missing_peer_times_out(sync):
 
 
 def test_worker_split_follows_the_cost_model():
-    """The twin's 4 AIVs and an A3 die's 48 split as best_split says on cm384(W); the paper's
-    configuration (256 dies, T = 64, E = 256, K = 8, H = 7168 bf16) gives 12 count + 36 token AIVs."""
+    """The op's host tiling splits the AIVs as best_split says on cm384(W): the twin's 4 and an A3 die's 48,
+    on the twin tests' shapes and the configurations of docs/ASCEND.md; the paper's (256 dies, T = 64,
+    E = 256, K = 8, H = 7168 bf16) gives 12 count + 36 token AIVs."""
     paper = EPConfig(world_size=256, rank=0, hidden=7168, num_experts=256, top_k=8, max_tokens_per_rank=64,
                      dtype=torch.bfloat16)
     assert worker_split(paper, 48) == (12, 36)
-    for world in (2, 4, 8, 16):
-        cfg = EPConfig(world_size=world, rank=0, hidden=200, num_experts=2 * world, top_k=4,
-                       max_tokens_per_rank=12, dtype=torch.bfloat16)
-        shape = DispatchShape(tokens=12, experts=2 * world, topk=4, bytes_per_token=400)
-        split = best_split(shape, TWIN_AIVS, cm384(world), cm384_ascend())
-        assert worker_split(cfg) == (split.n_count, split.n_token)
-        assert sum(worker_split(cfg)) == TWIN_AIVS
+    configs = [(world, 2 * world, 4, 12, 200, torch.bfloat16, TWIN_AIVS) for world in (2, 4, 8, 16)]
+    configs += [(world, experts, 8, tokens, 7168, torch.bfloat16, 48)
+                for world, experts, tokens in [(64, 64, 16), (128, 128, 16), (128, 128, 64), (64, 256, 64),
+                                               (256, 256, 128)]]
+    configs += [(4, 8, 2, 7, 24, torch.float32, 8), (16, 32, 1, 1, 72, torch.half, 3)]
+    for world, experts, top_k, tokens, hidden, dtype, aivs in configs:
+        cfg = EPConfig(world_size=world, rank=0, hidden=hidden, num_experts=experts, top_k=top_k,
+                       max_tokens_per_rank=tokens, dtype=dtype)
+        shape = DispatchShape(tokens=tokens, experts=experts, topk=top_k,
+                              bytes_per_token=hidden * torch.finfo(dtype).bits // 8)
+        split = best_split(shape, aivs, cm384(world), cm384_ascend())
+        assert worker_split(cfg, aivs) == (split.n_count, split.n_token), cfg
 
 
 def test_bad_hidden_is_rejected_before_communication(single_rank_group):
@@ -94,9 +100,9 @@ def test_meta_shapes_for_torch_compile():
     x = torch.empty(5, 40, dtype=torch.bfloat16, device=meta)
     idx = torch.empty(5, 3, dtype=torch.int64, device=meta)
     w = torch.empty(5, 3, dtype=torch.float32, device=meta)
-    out = ops.dispatch(x, idx, w, windows, 0, 8, 6, False, "tff", 1, 1, 3, 1.0)
+    out = ops.dispatch(x, idx, w, windows, 0, 8, 6, False, "tff", 1, 4, 1.0)
     assert [tuple(t.shape) for t in out] == [(36, 40), (36,), (4,), (2, 6, 3), (2, 6, 3), (2, 6), (2, 2)]
-    padded = ops.dispatch(x, idx, w, windows, 0, 8, 6, True, "tff", 1, 1, 3, 1.0)
+    padded = ops.dispatch(x, idx, w, windows, 0, 8, 6, True, "tff", 1, 4, 1.0)
     assert tuple(padded[0].shape) == (48, 40)
     y = ops.combine(out[0], idx, w, *out[3:], windows, 0, 8, 40, torch.bfloat16, "expert_rank", True, "tff",
                     2, 4, 1.0)

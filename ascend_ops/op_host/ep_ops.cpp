@@ -11,7 +11,7 @@ namespace {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> DispatchMeta(
     const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor&, at::TensorList windows, int64_t,
-    int64_t num_experts, int64_t max_tokens, bool padded, std::string_view, int64_t, int64_t, int64_t, double) {
+    int64_t num_experts, int64_t max_tokens, bool padded, std::string_view, int64_t, int64_t, double) {
   const int64_t world = static_cast<int64_t>(windows.size()), K = topk_idx.size(1);
   const int64_t rows = MaxRecvRows(world, num_experts, K, max_tokens, padded);
   const auto i32 = x.options().dtype(at::kInt), f32 = x.options().dtype(at::kFloat);
@@ -37,6 +37,11 @@ void PrepareWindowAny(const at::Tensor& window, int64_t world, int64_t rank, int
   PrepareWindow(window, world, rank, hidden, num_experts, top_k, max_tokens, dtype, std::string(sync));
 }
 
+std::tuple<int64_t, int64_t> WorkerSplitOp(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k,
+                                           int64_t max_tokens, at::ScalarType dtype, int64_t n_workers) {
+  return WorkerSplit(world, hidden, num_experts, top_k, max_tokens, dtype, n_workers);
+}
+
 int64_t WindowBytesOp(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens,
                       at::ScalarType dtype, std::string_view sync) {
   return WindowBytes(world, hidden, num_experts, top_k, max_tokens, dtype, std::string(sync));
@@ -49,11 +54,14 @@ TORCH_LIBRARY(ubep_ascend, m) {
   m.def("window_bytes(int world, int hidden, int num_experts, int top_k, int max_tokens, ScalarType dtype, "
         "str sync) -> int",
         &ubep_ascend::WindowBytesOp);
+  m.def("worker_split(int world, int hidden, int num_experts, int top_k, int max_tokens, ScalarType dtype, "
+        "int n_workers) -> (int n_count, int n_token)",
+        &ubep_ascend::WorkerSplitOp);
   m.def("prepare_window(Tensor(a!) window, int world, int rank, int hidden, int num_experts, int top_k, "
         "int max_tokens, ScalarType dtype, str sync) -> ()");
   m.def("dispatch(Tensor x, Tensor topk_idx, Tensor topk_weights, Tensor(a!)[] windows, int rank, "
-        "int num_experts, int max_tokens, bool padded, str sync, int epoch, int n_count, int n_token, "
-        "float timeout_s) -> (Tensor recv_x, Tensor recv_weights, Tensor tokens_per_expert, Tensor recv_rows, "
+        "int num_experts, int max_tokens, bool padded, str sync, int epoch, int n_workers, float timeout_s) "
+        "-> (Tensor recv_x, Tensor recv_weights, Tensor tokens_per_expert, Tensor recv_rows, "
         "Tensor recv_pair_weights, Tensor recv_pair_base, Tensor recv_counts)");
   m.def("combine(Tensor rows, Tensor topk_idx, Tensor topk_weights, Tensor recv_rows, Tensor recv_pair_weights, "
         "Tensor recv_pair_base, Tensor recv_counts, Tensor(a!)[] windows, int rank, int num_experts, int hidden, "

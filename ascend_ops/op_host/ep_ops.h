@@ -75,20 +75,21 @@ template <class Launch>
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> Dispatch(
     const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights, at::TensorList windows,
     int64_t rank, int64_t num_experts, int64_t max_tokens, bool padded, const std::string& sync, int64_t epoch,
-    int64_t n_count, int64_t n_token, double timeout_s) {
+    int64_t n_workers, double timeout_s) {
   TORCH_CHECK(x.dim() == 2 && topk_idx.dim() == 2 && topk_idx.size(0) == x.size(0) &&
                   topk_weights.sizes() == topk_idx.sizes() && topk_weights.scalar_type() == at::kFloat,
               "ubep_ascend.dispatch: x [T, H], topk_idx [T, K], topk_weights [T, K] fp32 expected");
   TORCH_CHECK(x.size(0) <= max_tokens, "ubep_ascend.dispatch: more tokens than max_tokens");
-  TORCH_CHECK(n_count >= 1 && n_token >= 1, "ubep_ascend.dispatch: n_count and n_token must be >= 1");
+  TORCH_CHECK(n_workers >= 2, "ubep_ascend.dispatch: n_workers must be >= 2 (a count and a token group)");
   const int64_t world = static_cast<int64_t>(windows.size()), K = topk_idx.size(1), H = x.size(1);
   EpTiling t = MakeTiling(world, rank, H, num_experts, K, max_tokens, ElemBytes(x.scalar_type()),
                           x.scalar_type() == at::kBFloat16, sync);
   FillCall(t, epoch, timeout_s);
   t.num_tokens = x.size(0);
   t.capacity = padded ? world * max_tokens : 0;
-  t.n_count = n_count;
-  t.n_token = n_token;
+  const Split split = LayerSplit(world, H, num_experts, K, max_tokens, t.elem_bytes, n_workers);
+  t.n_count = split.n_count;
+  t.n_token = split.n_token;
   const auto dev = x.device();
   const auto i32 = x.options().dtype(at::kInt), f32 = x.options().dtype(at::kFloat);
   const int64_t rows = MaxRecvRows(world, num_experts, K, max_tokens, padded);
@@ -102,7 +103,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   at::Tensor ws = at::zeros({t.ws_bytes}, x.options().dtype(at::kByte));
   at::Tensor idx = topk_idx.to(at::kLong).contiguous(), w = topk_weights.contiguous(), xc = x.contiguous();
   at::Tensor table = WindowTable(windows.vec(), t, dev), tiling = TilingTensor(t, dev);
-  Launch::Dispatch(n_count + n_token, xc, idx, w, table, recv_x, recv_w, tpe, recv_rows, pair_w, pair_base,
+  Launch::Dispatch(n_workers, xc, idx, w, table, recv_x, recv_w, tpe, recv_rows, pair_w, pair_base,
                    counts, ws, tiling);
   CheckStatus(ws, t, timeout_s);
   return {recv_x, recv_w, tpe, recv_rows, pair_w, pair_base, counts};
@@ -170,6 +171,12 @@ inline void PrepareWindow(const at::Tensor& window, int64_t world, int64_t rank,
   }
   window.zero_();
   window.narrow(0, 0, t.window_bytes).copy_(host);
+}
+
+inline std::tuple<int64_t, int64_t> WorkerSplit(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k,
+                                                int64_t max_tokens, at::ScalarType dtype, int64_t n_workers) {
+  const Split s = LayerSplit(world, hidden, num_experts, top_k, max_tokens, ElemBytes(dtype), n_workers);
+  return {s.n_count, s.n_token};
 }
 
 inline int64_t WindowBytes(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens,

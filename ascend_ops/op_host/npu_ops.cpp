@@ -40,9 +40,9 @@ struct NpuLaunch {
 
 auto DispatchNpu(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
                  at::TensorList windows, int64_t rank, int64_t num_experts, int64_t max_tokens, bool padded,
-                 std::string_view sync, int64_t epoch, int64_t n_count, int64_t n_token, double timeout_s) {
+                 std::string_view sync, int64_t epoch, int64_t n_workers, double timeout_s) {
   return Dispatch<NpuLaunch>(x, topk_idx, topk_weights, windows, rank, num_experts, max_tokens, padded,
-                             std::string(sync), epoch, n_count, n_token, timeout_s);
+                             std::string(sync), epoch, n_workers, timeout_s);
 }
 
 at::Tensor CombineNpu(const at::Tensor& rows, const at::Tensor& topk_idx, const at::Tensor& topk_weights,

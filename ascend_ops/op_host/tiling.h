@@ -1,5 +1,6 @@
-// Host tiling: the byte layout of the windows and workspaces (EpTiling) for a layer shape, the sp
-// sentinels, and the message for a kernel that gave up waiting. Plain C++, no torch.
+// Host tiling: the byte layout of the windows and workspaces (EpTiling) for a layer shape, the
+// dispatch's worker split (split.h), the sp sentinels, and the message for a kernel that gave up
+// waiting. Plain C++, no torch.
 //
 // Example: W = 2, H = 40 bf16, E = 8, K = 2, T_max = 4: a dispatch row is 80 token bytes + 28
 // route bytes -> 112 bytes (56 elements), one 512-byte block in sw/dc/sp and tff alike; a count
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "ep_tiling.h"
+#include "split.h"
 
 namespace ubep_ascend {
 
@@ -75,6 +77,14 @@ inline EpTiling MakeTiling(int64_t world, int64_t rank, int64_t hidden, int64_t 
   t.ws_bases = RoundUp(t.ws_data + (count_rows > kept_rows ? count_rows : kept_rows), BLOCK_BYTES);
   t.ws_bytes = RoundUp(t.ws_bases + num_experts * 8, BLOCK_BYTES);
   return t;
+}
+
+// The dispatch's count/token AIV split for a layer: the cost model's best on a CM384-like fabric of
+// `world` dies, for full batches of `max_tokens` rows of hidden * elem_bytes bytes.
+// Example: 256 dies, H = 7168 bf16, E = 256, K = 8, T_max = 64, 48 AIVs: 12 count + 36 token AIVs.
+inline Split LayerSplit(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens,
+                        int64_t elem_bytes, int64_t n_workers) {
+  return BestSplit(max_tokens, num_experts, top_k, hidden * elem_bytes, n_workers, world);
 }
 
 // What a kernel that gave up was waiting for (status words phase, peer).

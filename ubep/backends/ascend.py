@@ -1,9 +1,10 @@
 """The Ascend backend: binds ``torch.ops.ubep_ascend`` (the Ascend C operator package, ``ascend_ops/``).
 
-Each call is one kernel launch: ``dispatch`` (count group and token group of AIVs, Data-as-Flag rows
-into peer windows, the hop-aware mapper) or ``combine`` (rows back to their sources, reduced there).
-``dispatch_like`` runs the dispatch kernel again on the handle's routing; ``return_pair_values`` is
-the combine kernel in its ``pairs`` mode (one fp32 per row back to its ``(t, k)`` slot).
+Each call is one kernel launch of ``TWIN_AIVS`` AIVs: ``dispatch`` (a count group and a token group of
+AIVs, split by the op's host tiling; Data-as-Flag rows into peer windows, the hop-aware mapper) or
+``combine`` (rows back to their sources, reduced there). ``dispatch_like`` runs the dispatch kernel again
+on the handle's routing; ``return_pair_values`` is the combine kernel in its ``pairs`` mode (one fp32 per
+row back to its ``(t, k)`` slot).
 
 Every die owns a window that all dies write into (docs/ASCEND.md). Here, on the CPU twin, a rank
 process is a die and its window is a file in ``/dev/shm`` that every rank maps; the file name comes
@@ -29,8 +30,6 @@ import torch.distributed as dist
 
 from ubep.backends.base import Backend, EPCommError, Handle
 from ubep.config import EPConfig
-from ubep.topology import cm384
-from ubep.tuning import DispatchShape, best_split, cm384_ascend
 
 LIB_ENV = "UBEP_ASCEND_LIB"
 TWIN_AIVS = 4  # AIV threads per die on the CPU twin (an A3 die has 48)
@@ -57,11 +56,12 @@ def load_ops() -> None:
 
 
 def worker_split(cfg: EPConfig, num_aivs: int = TWIN_AIVS) -> tuple[int, int]:
-    """``(n_count, n_token)`` AIVs from the appendix-9 cost model on a CM384-like fabric of W dies."""
-    shape = DispatchShape(tokens=cfg.max_tokens_per_rank, experts=cfg.num_experts, topk=cfg.top_k,
-                          bytes_per_token=cfg.hidden * torch.finfo(cfg.dtype).bits // 8)
-    split = best_split(shape, num_aivs, cm384(cfg.world_size), cm384_ascend())
-    return split.n_count, split.n_token
+    """``(n_count, n_token)``: the dispatch op's own AIV split for this layer, from its host tiling (the
+    appendix-9 cost model on a CM384-like fabric of W dies, ``ascend_ops/op_host/split.h``)."""
+    load_ops()
+    n_count, n_token = torch.ops.ubep_ascend.worker_split(
+        cfg.world_size, cfg.hidden, cfg.num_experts, cfg.top_k, cfg.max_tokens_per_rank, cfg.dtype, num_aivs)
+    return n_count, n_token
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,7 +130,6 @@ class AscendBackend(Backend):
         load_ops()
         self.windows = _SharedWindows(config, group)
         self.symmetric_bytes = self.windows.nbytes
-        self.n_count, self.n_token = worker_split(config)
         self.epoch = 0
 
     def _next_epoch(self) -> int:
@@ -153,7 +152,7 @@ class AscendBackend(Backend):
         return self._call(torch.ops.ubep_ascend.dispatch, x_TH.contiguous(), topk_idx_TK.long().contiguous(),
                           topk_weights_TK.detach().float().contiguous(), self.windows.tensors, cfg.rank,
                           cfg.num_experts, cfg.max_tokens_per_rank, cfg.layout == "padded", cfg.sync,
-                          self._next_epoch(), self.n_count, self.n_token, cfg.timeout_s)
+                          self._next_epoch(), TWIN_AIVS, cfg.timeout_s)
 
     def dispatch(self, x_TH, topk_idx_TK, topk_weights_TK):
         cfg = self.config
@@ -177,7 +176,7 @@ class AscendBackend(Backend):
         return self._call(torch.ops.ubep_ascend.combine, rows.contiguous(), r.topk_idx, r.topk_weights,
                           r.recv_rows, r.recv_pair_weights, r.recv_pair_base, r.recv_counts,
                           self.windows.tensors, cfg.rank, cfg.num_experts, cfg.hidden, cfg.dtype, reduce,
-                          weighted, cfg.sync, self._next_epoch(), self.n_count + self.n_token, cfg.timeout_s)
+                          weighted, cfg.sync, self._next_epoch(), TWIN_AIVS, cfg.timeout_s)
 
     def combine(self, expert_out, handle, reduce, weighted):
         with self.timer.phase("combine: kernel"):
