@@ -7,7 +7,8 @@
     cache = SplitCache(cm384(256), params)                     # re-tunes only on a new token bucket
 
 Files: ``params`` (plain-data costs and presets), ``model`` (group times), ``split`` (search and
-BSP), ``calibrate`` (least-squares fit to measured group times), ``cache`` (token buckets).
+BSP), ``calibrate`` (least-squares fit to measured group times), ``cache`` (token buckets), ``vectors``
+(splits for the C++ host tiling's test, ``tests/vectors/split.json``).
 """
 
 from ubep.tuning.cache import UNIEP_BUCKET_TOKENS, SplitCache
