@@ -7,8 +7,10 @@ program groups run at once and meet only through per-source records and per-row 
 combine can be captured in a CUDA graph and replayed. Results equal the reference backend's bit for
 bit in every sync mode.
 
-Each direction has its own buffer set (symmetric buffers with two slots by call parity, and a device
-epoch counter): dispatch and ``dispatch_like`` share one, combine and ``return_pair_values`` the other.
+Each direction has its own buffer set (symmetric buffers with two slots by call parity, and device
+epoch words): dispatch and ``dispatch_like`` share one, combine and ``return_pair_values`` the other.
+Group sizes are fixed caps for now (``Workers``); choosing them with ``ubep.tuning`` needs its H200
+constants calibrated from in-kernel stamps (``ubep.backends.cuda.stamps``) first.
 """
 
 from __future__ import annotations

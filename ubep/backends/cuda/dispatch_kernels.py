@@ -6,7 +6,8 @@
   the group's last program then publishes this rank's record on every rank (``sync``);
 - token group (``n_send`` programs, tokens strided): each token once to every rank holding one of its
   experts (relay), into the staging slot ``[slot, source, t]``, which needs no offsets, in the wire
-  format of the sync mode (``wire``);
+  format of the sync mode (``wire``); in ``sw`` the senders count as writers too, so the record
+  also says that every row has landed;
 - receive group (``n_recv`` programs): waits for every source's record, turns the count matrix into
   the first receive row of each (source, local expert) (``ubep.layout.row_base``), then copies each
   staged token into the receive rows of its pairs as soon as that token has arrived.
