@@ -63,5 +63,5 @@ def test_combine_compiles(mode, partial, gather):
     constants = {"WORLD": 8, "W_BLOCK": 8, "E_LOCAL": 32, "TOP_K": 8, "K_BLOCK": 8,
                  "MODE": wire.MODE_CODES[mode],
                  "PARTIAL": partial, "WEIGHTED": partial, "SUM_WEIGHTED": not partial and not gather,
-                 "GATHER": gather, "PROFILE": partial, **rows}
+                 "GATHER": gather, "FINAL": not gather, "PROFILE": partial, **rows}
     _compile(ck.combine, pointers, constants)

@@ -97,12 +97,14 @@ class CudaBackend(Backend):
         self.dispatch_state = torch.zeros(sync.STATE_WORDS, dtype=i64, device=device)
         self.combine_state = torch.zeros(sync.STATE_WORDS, dtype=i64, device=device)
         self.base = torch.empty(w, el, dtype=i64, device=device)
-        self.errors = torch.zeros(3, dtype=i64, pin_memory=True)  # written by timed-out waits
+        # Written by timed-out waits, read by the host without a sync: pinned, device-addressable.
+        self.errors = torch.zeros(3, dtype=i64, pin_memory=device.type == "cuda")
         self.timeout_ns = int(cfg.timeout_s * 1e9)
         self.k_block = triton.next_power_of_2(max(k, w))
         # Receiving programs of every call's final launch: a constant, so acks count calls.
         self.consumers = min(w * tm, MAX_RECV)
         self.last_launches: dict[str, LaunchStamps] = {}  # per op, with profiling on
+        self.phased = False  # see the dispatch section
 
     # -- errors -----------------------------------------------------------------------------------
 
@@ -171,12 +173,24 @@ class CudaBackend(Backend):
             K_BLOCK=self.k_block, PAIR_BLOCK=min(MAX_PAIR_BLOCK, triton.next_power_of_2(
                 cfg.max_tokens_per_rank * cfg.top_k)),
             MODE=self.mode, LIKE=like, RECORDS=(not like) or sw, REPLICATE=replicate, FINAL=final,
-            PROFILE=self.timer.enabled, num_warps=NUM_WARPS, **self._row_meta(cfg.hidden, cfg.dtype.itemsize))
+            PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
+            **self._row_meta(cfg.hidden, cfg.dtype.itemsize))
 
-    def _combine_launch(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
-                        weighted: bool, gather: bool) -> None:
-        cfg, sym = self.config, self.sym
+    def _combine_launches(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
+                          weighted: bool, gather: bool):
+        """The combine kernel: one launch, or (``phased``) the senders, ``yield``, the reducers."""
         workers = self._workers(num_tokens)
+        if self.phased:
+            self._combine_launch(Workers(0, workers.send, 0), rows_RF, routes, num_tokens, source_w,
+                                 y, partial=partial, weighted=weighted, gather=gather, final=False)
+            yield
+            workers = Workers(0, 0, workers.recv)
+        self._combine_launch(workers, rows_RF, routes, num_tokens, source_w, y, partial=partial,
+                             weighted=weighted, gather=gather, final=True)
+
+    def _combine_launch(self, workers: Workers, rows_RF, routes: Routes, num_tokens, source_w, y, *,
+                        partial: bool, weighted: bool, gather: bool, final: bool) -> None:
+        cfg, sym = self.config, self.sym
         bits = rows_RF.view(INT_VIEW[rows_RF.element_size()])
         ck.combine[(workers.send + workers.recv,)](
             rows_RF, bits, routes.rows_WMK, routes.weights_WMK, routes.idx_P, source_w,
@@ -187,13 +201,20 @@ class CudaBackend(Backend):
             WORLD=cfg.world_size, W_BLOCK=triton.next_power_of_2(cfg.world_size),
             E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,
             PARTIAL=partial, WEIGHTED=weighted and partial,
-            SUM_WEIGHTED=weighted and not partial, GATHER=gather, PROFILE=self.timer.enabled,
-            num_warps=NUM_WARPS,
+            SUM_WEIGHTED=weighted and not partial, GATHER=gather, FINAL=final,
+            PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
             **self._row_meta(rows_RF.shape[1], rows_RF.element_size()))
 
     # -- dispatch ---------------------------------------------------------------------------------
+    # Each operation is a generator of launches. On a GPU they run back to back (`_finish`), the
+    # groups fused where they can be; with ``phased``, every group that waits for peers gets a launch
+    # of its own after a ``yield``, so that ranks emulated one after another in one process (Triton's
+    # CPU interpreter, tests/cuda_emulation.py) reach each wait only once every peer has written.
 
     def dispatch(self, x_TH, topk_idx_TK, topk_weights_TK):
+        return _finish(self.dispatch_steps(x_TH, topk_idx_TK, topk_weights_TK))
+
+    def dispatch_steps(self, x_TH, topk_idx_TK, topk_weights_TK):
         self._check_errors()
         cfg, dev = self.config, self.device
         w, tm, k, hidden = cfg.world_size, cfg.max_tokens_per_rank, cfg.top_k, cfg.hidden
@@ -206,32 +227,46 @@ class CudaBackend(Backend):
         pair_w = torch.empty(w, tm, k, dtype=torch.float32, device=dev)
         tpe = torch.empty(cfg.num_local_experts, dtype=torch.int64, device=dev)
         workers = self._workers(num_tokens)
+        writers, receivers = Workers(workers.count, workers.send, 0), Workers(0, 0, workers.recv)
         common = (x_bits, idx, weights, sent)
         if cfg.layout == "padded":
             num_rows = cfg.num_local_experts * cfg.expert_capacity
             out = x_TH.new_empty(num_rows, hidden)  # padding rows are not written
             row_weights = torch.zeros(num_rows, dtype=torch.float32, device=dev)
+            received = (out.view(self.int_view), row_weights, rows, pair_w, tpe)
             with self.timer.phase("dispatch"):
-                self._dispatch_launch(workers, *common, out.view(self.int_view), row_weights, rows,
-                                      pair_w, tpe, like=False, replicate=True, final=True)
+                if self.phased:
+                    self._dispatch_launch(writers, *common, *received, like=False, replicate=False,
+                                          final=False)
+                    yield
+                    workers = receivers
+                self._dispatch_launch(workers, *common, *received, like=False, replicate=True,
+                                      final=True)
         else:
+            sizes = (x_bits, weights, rows, pair_w, tpe)  # nothing is placed yet: no output
             with self.timer.phase("dispatch: count exchange"):
-                self._dispatch_launch(Workers(workers.count, workers.send, 1), *common, x_bits,
-                                      weights, rows, pair_w, tpe, like=False, replicate=False,
-                                      final=False)
+                if self.phased:
+                    self._dispatch_launch(writers, *common, *sizes, like=False, replicate=False,
+                                          final=False)
+                    yield
+                    writers = Workers(0, 0, 0)
+                self._dispatch_launch(Workers(writers.count, writers.send, 1), *common, *sizes,
+                                      like=False, replicate=False, final=False)
                 num_rows = int(tpe.sum())  # the compact layout's one host synchronization
             out = x_TH.new_empty(num_rows, hidden)
             row_weights = torch.empty(num_rows, dtype=torch.float32, device=dev)
             with self.timer.phase("dispatch: reorder"):
-                self._dispatch_launch(Workers(0, 0, workers.recv), *common, out.view(self.int_view),
-                                      row_weights, rows, pair_w, tpe, like=False, replicate=True,
-                                      final=True)
+                self._dispatch_launch(receivers, *common, out.view(self.int_view), row_weights, rows,
+                                      pair_w, tpe, like=False, replicate=True, final=True)
         routes = Routes(idx, sent, rows, pair_w)
         handle = Handle(cfg, num_tokens, topk_weights_TK, row_weights, tpe, num_rows, None, routes)
         recv_w = row_weights.clone().view(handle.rows_shape())
         return out.view(handle.rows_shape(hidden)), recv_w, handle
 
     def dispatch_like(self, x_TH, handle):
+        return _finish(self.dispatch_like_steps(x_TH, handle))
+
+    def dispatch_like_steps(self, x_TH, handle):
         """New rows along the handle's routes: once to each rank the dispatch sent the token to,
         then into the receive rows it recorded."""
         self._check_errors()
@@ -239,31 +274,52 @@ class CudaBackend(Backend):
         x_bits = x_TH.contiguous().view(self.int_view)
         out = x_TH.new_zeros(handle.num_rows, hidden)
         workers = self._workers(handle.num_tokens)
+        args = (x_bits, routes.idx_P, routes.weights_WMK, routes.sent_WT, out.view(self.int_view),
+                routes.weights_WMK, routes.rows_WMK, routes.weights_WMK, handle.tokens_per_expert)
         with self.timer.phase("dispatch"):
-            self._dispatch_launch(Workers(0, workers.send, workers.recv), x_bits, routes.idx_P,
-                                  routes.weights_WMK, routes.sent_WT, out.view(self.int_view),
-                                  routes.weights_WMK, routes.rows_WMK, routes.weights_WMK,
-                                  handle.tokens_per_expert, like=True, replicate=True, final=True)
+            if self.phased:
+                self._dispatch_launch(Workers(0, workers.send, 0), *args, like=True, replicate=False,
+                                      final=False)
+                yield
+                workers = Workers(0, 0, workers.recv)
+            self._dispatch_launch(Workers(0, workers.send, workers.recv), *args, like=True,
+                                  replicate=True, final=True)
         return out.view(handle.rows_shape(hidden))
 
     # -- combine ----------------------------------------------------------------------------------
 
     def combine(self, expert_out, handle, reduce, weighted):
+        return _finish(self.combine_steps(expert_out, handle, reduce, weighted))
+
+    def combine_steps(self, expert_out, handle, reduce, weighted):
         self._check_errors()
         hidden, num_tokens = expert_out.shape[-1], handle.num_tokens
         rows_RH = expert_out.reshape(handle.num_rows, hidden).contiguous()
         y = expert_out.new_empty(num_tokens, hidden)
         source_w = handle.topk_weights.detach().float().contiguous()
         with self.timer.phase("combine"):
-            self._combine_launch(rows_RH, handle.routes, num_tokens, source_w, y,
-                                 partial=reduce == "expert_rank", weighted=weighted, gather=False)
+            yield from self._combine_launches(rows_RH, handle.routes, num_tokens, source_w, y,
+                                              partial=reduce == "expert_rank", weighted=weighted,
+                                              gather=False)
         return y
 
     def return_pair_values(self, values_R, handle):
+        return _finish(self.return_pair_values_steps(values_R, handle))
+
+    def return_pair_values_steps(self, values_R, handle):
         self._check_errors()
         k, num_tokens, routes = self.config.top_k, handle.num_tokens, handle.routes
         values = values_R.float().reshape(-1, 1).contiguous()
         y = torch.empty(num_tokens, k, 1, dtype=torch.float32, device=self.device)
-        self._combine_launch(values, routes, num_tokens, values, y, partial=False, weighted=False,
-                             gather=True)
+        yield from self._combine_launches(values, routes, num_tokens, values, y, partial=False,
+                                          weighted=False, gather=True)
         return torch.where(routes.idx_P.view(num_tokens, k) >= 0, y.view(num_tokens, k), 0.0)
+
+
+def _finish(steps):
+    """Runs an operation's launches to the end and returns its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value

@@ -19,21 +19,27 @@ import triton
 import triton.language as tl
 
 from ubep.backends.cuda import sync
-from ubep.backends.cuda.kernels import any_true, lane
+from ubep.backends.cuda.kernels import INTERPRETED, any_true, lane
 from ubep.backends.cuda.wire import TFF, copy_row, load_tile, put_tile, tile, wait_row
 
 
 @triton.jit
 def _mul(a, b):
     b = tl.broadcast_to(b, a.shape)
-    return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], dtype=tl.float32,
-                                     is_pure=True, pack=1)
+    if INTERPRETED:  # NumPy rounds each operation on its own
+        return a * b
+    else:
+        return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [a, b],
+                                         dtype=tl.float32, is_pure=True, pack=1)
 
 
 @triton.jit
 def _add(a, b):
-    return tl.inline_asm_elementwise("add.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], dtype=tl.float32,
-                                     is_pure=True, pack=1)
+    if INTERPRETED:
+        return a + b
+    else:
+        return tl.inline_asm_elementwise("add.rn.f32 $0, $1, $2;", "=f,f,f", [a, b],
+                                         dtype=tl.float32, is_pure=True, pack=1)
 
 
 @triton.jit
@@ -129,8 +135,10 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
             TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
             FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr,
             MODE: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr,
-            SUM_WEIGHTED: tl.constexpr, GATHER: tl.constexpr, PROFILE: tl.constexpr):
-    """One combine (see the module doc): programs ``[0, n_send)`` send, the next ``n_recv`` reduce.
+            SUM_WEIGHTED: tl.constexpr, GATHER: tl.constexpr, FINAL: tl.constexpr,
+            PROFILE: tl.constexpr):
+    """One combine (see the module doc): programs ``[0, n_send)`` send, the next ``n_recv`` reduce;
+    ``FINAL``: this launch ends the call (a combine may run as a send launch, then a reduce launch).
 
     Expert side: ``out [rows, H]`` (and the same memory as integers, ``out_bits``), the dispatch's
     ``rows`` / ``pair_w [W, T_max, K]``. Source side: ``idx`` / ``w [T * K]``, ``sent [W, T_max]``,
@@ -149,10 +157,12 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
         sync.wait_acks(ack_local, epoch, n_consumers, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT,
                        WORLD, W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
-        for i in range(pid, WORLD * tokens_max, n_send):
+        i = pid
+        while i < WORLD * tokens_max:  # while, not range: runtime bounds (also for the interpreter)
             _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, slot, epoch,
                        tokens_max, rows_max, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, CB, PARTIAL,
                        WEIGHTED)
+            i += n_send
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         if MODE != TFF:
             sync.publish_record(state_ptr, n_send, sig_ptrs, slot, rank, epoch, WORLD)
@@ -164,11 +174,14 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
         back_local = tl.load(back_ptrs + rank).to(tl.pointer_type(out_bits_ptr.dtype.element_ty))
         back_local += (slot * rows_max) * (NB * BE)
-        for t in range(pid - n_send, num_tokens, n_recv):
+        t = pid - n_send
+        while t < num_tokens:
             _reduce_token(t, back_local, idx_ptr, w_ptr, sent_ptr, y_ptr, epoch, tokens_max,
                           timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
                           NB_BLOCK, CB, MODE, PARTIAL, SUM_WEIGHTED, GATHER)
+            t += n_recv
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         sync.publish_ack(ack_ptrs, rank, WORLD)
-    sync.end_call(state_ptr, pid, n_send + n_recv, epoch)
+    if FINAL:
+        sync.end_call(state_ptr, pid, n_send + n_recv, epoch)
     sync.stamp(stamps_ptr, pid, 3, PROFILE)

@@ -33,13 +33,15 @@ def _count_role(j, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, rank, slo
                 PAIR_BLOCK: tl.constexpr):
     offs = tl.arange(0, PAIR_BLOCK)
     num_pairs = num_tokens * TOP_K
-    for e in range(j, WORLD * E_LOCAL, n_count):
+    e = j
+    while e < WORLD * E_LOCAL:  # while, not range: runtime bounds (also for Triton's interpreter)
         dest = e // E_LOCAL
         local = e % E_LOCAL
         route = tl.load(route_ptrs + dest).to(tl.pointer_type(tl.int64))
         route += (slot * WORLD + rank).to(tl.int64) * tokens_max * TOP_K * 4
         seen = tl.zeros([], dtype=tl.int64)
-        for start in range(0, num_pairs, PAIR_BLOCK):
+        start = 0
+        while start < num_pairs:
             pair = start + offs
             ids = tl.load(idx_ptr + pair, mask=pair < num_pairs, other=-1)
             mine = ids == e
@@ -51,11 +53,13 @@ def _count_role(j, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, rank, slo
             tl.store(entry + 1, (local.to(tl.int64) << 32) | order, mask=mine)
             tl.store(entry + 2, bits.to(tl.int64) & 0xFFFFFFFF, mask=mine)
             seen += tl.sum(ones, 0)
+            start += PAIR_BLOCK
         count = tl.load(count_ptrs + dest).to(tl.pointer_type(tl.int64))
         count += (slot * WORLD + rank) * (E_LOCAL + 1)
         tl.store(count + local, seen)
         if local == 0:
             tl.store(count + E_LOCAL, num_tokens.to(tl.int64))
+        e += n_count
 
 
 @triton.jit
@@ -64,7 +68,8 @@ def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, 
                K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
                NB: tl.constexpr, CB: tl.constexpr, LIKE: tl.constexpr):
     ks = tl.arange(0, K_BLOCK)
-    for t in range(j, num_tokens, n_send):
+    t = j
+    while t < num_tokens:
         if not LIKE:
             ids = tl.load(idx_ptr + t * TOP_K + ks, mask=ks < TOP_K, other=-1)
         for dest in tl.static_range(WORLD):
@@ -77,6 +82,7 @@ def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, 
                 stage = tl.load(stage_ptrs + dest).to(tl.pointer_type(x_ptr.dtype.element_ty))
                 stage += ((slot * WORLD + rank) * tokens_max + t).to(tl.int64) * (NB * BE)
                 copy_row(x_ptr + t.to(tl.int64) * HIDDEN, stage, epoch, HIDDEN, BE, FE, NB, CB)
+        t += n_send
 
 
 @triton.jit
@@ -193,11 +199,13 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
         if REPLICATE:
             stage_local = tl.load(stage_ptrs + rank).to(tl.pointer_type(x_ptr.dtype.element_ty))
             route_local = tl.load(route_ptrs + rank).to(tl.pointer_type(tl.int64))
-            for i in range(j, WORLD * tokens_max, n_recv):
+            i = j
+            while i < WORLD * tokens_max:
                 _receive_rows(i, stage_local, route_local, count_local, base_ptr, out_ptr, out_w_ptr,
                               rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr,
                               WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, MODE,
                               LIKE)
+                i += n_recv
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         if FINAL:
             sync.publish_ack(ack_ptrs, rank, WORLD)

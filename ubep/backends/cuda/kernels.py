@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
+
+# Triton's CPU interpreter (tests without a GPU) cannot run inline PTX; the few helpers that use it
+# have a plain equivalent there: same values, no timer, no memory-order qualifiers.
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
 
 
 @triton.jit

@@ -31,6 +31,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ubep.backends.cuda.kernels import INTERPRETED
+
 MAX_PROGRAMS = 1024  # epoch words per buffer set: the largest grid of one launch
 STATE_WORDS = MAX_PROGRAMS + 1  # the epoch words, then the writers' counter
 
@@ -48,9 +50,12 @@ _MAX_PROGRAMS = tl.constexpr(MAX_PROGRAMS)
 
 @triton.jit
 def now_ns():
-    """The GPU's global nanosecond timer."""
-    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64,
-                                     is_pure=False, pack=1)
+    """The GPU's global nanosecond timer (0 in the interpreter, where a wait checks once)."""
+    if INTERPRETED:
+        return tl.zeros([], dtype=tl.int64)
+    else:
+        return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64,
+                                         is_pure=False, pack=1)
 
 
 @triton.jit
@@ -66,8 +71,11 @@ def load_acquire(ptrs):
     """int64 words at ``ptrs`` with acquire semantics at system scope (later loads and stores are
     ordered after what the writer released before storing them). Cheaper than a fence for the few
     words a wait polls (measured)."""
-    return tl.inline_asm_elementwise("ld.acquire.sys.global.b64 $0, [$1];", "=l,l", [ptrs],
-                                     dtype=tl.int64, is_pure=False, pack=1)
+    if INTERPRETED:
+        return tl.load(ptrs, volatile=True)
+    else:
+        return tl.inline_asm_elementwise("ld.acquire.sys.global.b64 $0, [$1];", "=l,l", [ptrs],
+                                         dtype=tl.int64, is_pure=False, pack=1)
 
 
 @triton.jit

@@ -1,0 +1,113 @@
+"""The CUDA backend's kernels on the CPU: W ranks emulated one after another in one process, through
+Triton's interpreter, checked bit for bit against the oracle.
+
+The backend's symmetric buffers become host tensors that every emulated rank addresses through the
+same base-address tables, and the backend runs ``phased`` (each group that waits for peers gets a
+launch of its own), so every rank runs its writers before any rank waits. Run only in a process whose
+environment had ``TRITON_INTERPRET=1`` before Triton was imported (tests/test_cuda_emulated.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import torch
+
+from tests.workers import DTYPES, Case, _apply_experts, _check_equal, _zero_padding, case_inputs
+from ubep import oracle, workloads
+
+
+def emulated_backends(case: Case) -> list:
+    """One ``CudaBackend`` per rank of ``case``, over host tensors shared in one process."""
+    from ubep.backends.cuda import backend as cb
+    from ubep.config import EPConfig
+
+    world = len(case.tokens)
+    shared: list[list[torch.Tensor]] = []  # the i-th allocation, one tensor per rank
+
+    def symmetric(rank, made, shape, dtype, group, device):
+        i = next(made)
+        if i == len(shared):
+            shared.append([torch.zeros(shape, dtype=dtype) for _ in range(world)])
+        peers = shared[i]
+        return SimpleNamespace(local=peers[rank], nbytes=peers[rank].numel() * dtype.itemsize,
+                               ptrs=torch.tensor([t.data_ptr() for t in peers], dtype=torch.int64),
+                               barrier=lambda timeout_ms: None)
+
+    saved = cb.SymmetricBuffer, cb.enable_for
+    backends = []
+    try:
+        cb.enable_for = lambda group: None
+        for rank in range(world):
+            made = itertools.count()
+            cb.SymmetricBuffer = lambda *a, rank=rank, made=made: symmetric(rank, made, *a)
+            cfg = EPConfig(world_size=world, rank=rank, hidden=case.hidden,
+                           num_experts=case.num_experts, top_k=case.top_k,
+                           max_tokens_per_rank=case.max_tokens or max(max(case.tokens), 1),
+                           dtype=DTYPES[case.dtype], layout=case.layout, sync=case.sync)
+            backend = cb.CudaBackend(cfg, None, torch.device("cpu"))
+            backend.timeout_ns = 0  # the interpreter has no timer: a wait checks once
+            backend.phased = True
+            backends.append(backend)
+    finally:
+        cb.SymmetricBuffer, cb.enable_for = saved
+    return backends
+
+
+def lockstep(steps: list) -> list:
+    """Every rank's launches, one step of each rank at a time; each operation's result."""
+    results, live = [None] * len(steps), set(range(len(steps)))
+    while live:
+        for rank in sorted(live):
+            try:
+                next(steps[rank])
+            except StopIteration as done:
+                results[rank] = done.value
+                live.discard(rank)
+    return results
+
+
+def emulated_case(_rank: int, _world: int, case: Case) -> None:
+    """Dispatch, combine (both reductions, weighted or not), ``dispatch_like`` and
+    ``return_pair_values`` of ``case`` on emulated ranks, each equal to the oracle."""
+    backends = emulated_backends(case)
+    world, cfg = len(backends), backends[0].config
+    xs, idxs, ws = (list(v) for v in zip(*[case_inputs(case, s) for s in range(world)], strict=True))
+    dispatched = lockstep([b.dispatch_steps(x, i, w) for b, x, i, w in zip(backends, xs, idxs, ws,
+                                                                             strict=True)])
+    outs = oracle.expert_outputs(
+        idxs, lambda s, t, k, e: workloads.scale_expert(xs[s][t : t + 1], e)[0])
+    gys = [workloads.origin_tokens(s + 17, len(i), cfg.hidden, cfg.dtype) for s, i in enumerate(idxs)]
+    experts_out = []
+    for rank, (recv_x, recv_w, handle) in enumerate(dispatched):
+        want_x, want_tpe, want_w = oracle.dispatch(xs, idxs, ws, rank, world, cfg.num_experts)
+        if cfg.layout == "padded":
+            want_x = oracle.to_padded(want_x, want_tpe, cfg.expert_capacity)
+            want_w = oracle.to_padded(want_w, want_tpe, cfg.expert_capacity)
+            recv_x = _zero_padding(recv_x, handle.tokens_per_expert)
+        _check_equal(f"rank {rank} tokens_per_expert", handle.tokens_per_expert, want_tpe)
+        _check_equal(f"rank {rank} recv_x", recv_x, want_x)
+        _check_equal(f"rank {rank} recv_weights", recv_w, want_w)
+        experts_out.append(_apply_experts(recv_x, handle.tokens_per_expert, backends[rank].config))
+    handles = [h for _, _, h in dispatched]
+    for reduce, weighted in itertools.product(("source", "expert_rank"), (True, False)):
+        ys = lockstep([b.combine_steps(o, h, reduce, weighted)
+                       for b, o, h in zip(backends, experts_out, handles, strict=True)])
+        for rank, y in enumerate(ys):
+            want = oracle.combine(outs, idxs, ws, rank, world, cfg.num_experts, reduce, weighted,
+                                  cfg.hidden, cfg.dtype)
+            _check_equal(f"rank {rank} combine({reduce}, weighted={weighted})", y, want)
+    resent = lockstep([b.dispatch_like_steps(gy, h) for b, gy, h in zip(backends, gys, handles,
+                                                                      strict=True)])
+    returned = lockstep([b.return_pair_values_steps(recv_w.reshape(-1), h)
+                         for b, (_, recv_w, h) in zip(backends, dispatched, strict=True)])
+    for rank, (rows, values) in enumerate(zip(resent, returned, strict=True)):
+        want_rows, want_tpe, _ = oracle.dispatch(gys, idxs, ws, rank, world, cfg.num_experts)
+        if cfg.layout == "padded":
+            want_rows = oracle.to_padded(want_rows, want_tpe, cfg.expert_capacity)
+        _check_equal(f"rank {rank} dispatch_like", rows, want_rows)
+        _check_equal(f"rank {rank} return_pair_values", values,
+                     torch.where(idxs[rank] >= 0, ws[rank], torch.zeros(())))
+    for rank, backend in enumerate(backends):
+        assert backend.errors.tolist() == [0, 0, 0], f"rank {rank} timed out: {backend.errors}"
