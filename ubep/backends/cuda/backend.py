@@ -105,6 +105,9 @@ class CudaBackend(Backend):
         self.consumers = min(w * tm, MAX_RECV)
         self.last_launches: dict[str, LaunchStamps] = {}  # per op, with profiling on
         self.phased = False  # see the dispatch section
+        # Caps of the count and token groups: free to change between calls (the receiving group is
+        # fixed per buffer, acks count its programs); benchmarks/calibrate_split.py sweeps them.
+        self.max_count, self.max_send = MAX_COUNT, MAX_SEND
 
     # -- errors -----------------------------------------------------------------------------------
 
@@ -141,8 +144,8 @@ class CudaBackend(Backend):
 
     def _workers(self, num_tokens: int) -> Workers:
         cfg = self.config
-        return Workers(count=min(cfg.num_experts, MAX_COUNT), send=max(1, min(num_tokens, MAX_SEND)),
-                       recv=self.consumers)
+        return Workers(count=min(cfg.num_experts, self.max_count),
+                       send=max(1, min(num_tokens, self.max_send)), recv=self.consumers)
 
     def programs(self, num_tokens: int) -> int:
         """Thread blocks of a dispatch of ``num_tokens`` tokens (at most that many SMs busy)."""

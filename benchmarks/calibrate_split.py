@@ -1,0 +1,119 @@
+"""Fit ``ubep.tuning``'s H200 constants to the cuda backend's in-kernel stamps; show predicted
+against measured group times.
+
+    PYTHONPATH=. python3 benchmarks/calibrate_split.py --out calib-out      # on 2+ GPUs of one host
+
+For each dispatch shape (tokens per rank, hidden) and each pair of group caps (the backend's
+``max_count`` / ``max_send``), times dispatches with ``profile=True``: a group's time is when its last
+program finished its work, from the launch's first stamp (``dispatch count: done at``, ``dispatch
+token: done at``; median over the calls). Those are ``ubep.tuning.Sample``s of the count and token
+groups; ``ubep.tuning.calibrate`` fits the model on ``flat(W)`` starting from ``h200()``. Prints the
+fitted constants and, per sample, predicted and measured µs; writes ``calibration.csv`` / ``.md`` and
+``params.json`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import ubep
+from ubep.launch import run_ranks
+from ubep.profiling import write_table
+from ubep.topology import flat
+from ubep.tuning import DispatchShape, Sample, calibrate, h200, predict, traffic
+from ubep.workloads import origin_tokens, origin_weights, skewed_topk
+
+os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+                  NVSHMEM_DISABLE_NVLS="1")
+GROUP_PHASES = {"count": "dispatch count: done at", "token": "dispatch token: done at"}
+
+
+def sweep_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
+    """Median group times (µs) of every (tokens, hidden, caps) point on this rank."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    rows = []
+    for tokens in args.tokens:
+        for hidden in args.hidden:
+            gen = torch.Generator().manual_seed(rank * 131 + tokens)
+            idx = skewed_topk(tokens, args.experts, args.top_k, generator=gen).to(dev)
+            x = origin_tokens(rank, tokens, hidden, torch.bfloat16).to(dev)
+            w = origin_weights(rank, tokens, args.top_k).to(dev)
+            buf = ubep.Buffer(hidden=hidden, num_experts=args.experts, top_k=args.top_k,
+                              max_tokens_per_rank=tokens, dtype=torch.bfloat16, backend="cuda",
+                              layout="padded" if tokens <= 512 else "compact", profile=True,
+                              check_inputs=False)
+            for n_count in args.count_groups:
+                for n_send in args.token_groups:
+                    buf._backend.max_count, buf._backend.max_send = n_count, n_send
+                    buf.reset_phase_times()
+                    for _ in range(args.warmup + args.iters):
+                        dist.barrier()
+                        torch.cuda.synchronize()
+                        buf.dispatch(x, idx, w)
+                    phases = buf.phase_times()
+                    rows.append({"tokens": tokens, "hidden": hidden,
+                                 "n_count": min(n_count, args.experts),
+                                 "n_token": max(1, min(n_send, tokens)),
+                                 **{group: statistics.median(phases[name][args.warmup:])
+                                    for group, name in GROUP_PHASES.items()}})
+            del buf
+            torch.cuda.empty_cache()
+    return rows
+
+
+def samples_of(rows: list[dict], args: argparse.Namespace) -> list[Sample]:
+    """One count and one token ``Sample`` per measured point (bf16 rows: 2 bytes per element)."""
+    out = []
+    for row in rows:
+        shape = DispatchShape(tokens=row["tokens"], experts=args.experts, topk=args.top_k,
+                              bytes_per_token=2 * row["hidden"])
+        for group in GROUP_PHASES:
+            out.append(Sample(shape=shape, n_workers=row["n_count"] + row["n_token"],
+                              n_count=row["n_count"], group=group, time_ns=1e3 * row[group]))
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=int, default=torch.cuda.device_count())
+    p.add_argument("--tokens", type=int, nargs="+", default=[16, 128, 512, 4096])
+    p.add_argument("--hidden", type=int, nargs="+", default=[2048, 7168])
+    p.add_argument("--experts", type=int, default=256)
+    p.add_argument("--top-k", type=int, default=8)
+    p.add_argument("--count-groups", type=int, nargs="+", default=[16, 64, 256])
+    p.add_argument("--token-groups", type=int, nargs="+", default=[8, 24, 64, 128])
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--out", type=Path, default=Path("calib-out"))
+    args = p.parse_args()
+    if args.ranks < 2:
+        print("needs at least 2 GPUs", file=sys.stderr)
+        return 2
+    rows = run_ranks(sweep_rank, args.ranks, args, pg_backend="nccl", timeout_s=3000)[0]
+    samples = samples_of(rows, args)
+    topology = flat(args.ranks)
+    fit = calibrate(samples, topology, h200())
+    table = [{"tokens": s.shape.tokens, "bytes_per_token": s.shape.bytes_per_token,
+              "n_count": s.n_count, "n_token": s.n_workers - s.n_count, "group": s.group,
+              "measured_us": round(s.time_ns / 1e3, 2),
+              "predicted_us": round(predict(s, traffic(s.shape, topology), fit.params) / 1e3, 2)}
+             for s in samples]
+    title = (f"EP{args.ranks} on {torch.cuda.get_device_name(0)}, {args.experts} experts, "
+             f"top-{args.top_k}, bf16; rms error {fit.rms_error_ns / 1e3:.2f} µs, max relative "
+             f"error {fit.max_rel_error:.1%}; fitted {fit.params}")
+    print(write_table(table, args.out / "calibration", title))
+    (args.out / "params.json").write_text(json.dumps(dataclasses.asdict(fit.params), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
