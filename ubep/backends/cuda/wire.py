@@ -6,9 +6,10 @@ A row of ``HIDDEN`` elements of ``ES`` bytes is cut into ``NB`` blocks of ``BE``
 (``ubep.protocol``):
 
 - ``tff`` (``FE * ES = 8``): the flag is the call's u64 epoch, little-endian. A row has arrived
-  when every block's flag equals the epoch. Each 128-byte block is written by one warp store
-  instruction: blocks of at most 128 B were never seen torn over NVLink
-  (``benchmarks/probe_store_atomicity.py``), 256 B ones were.
+  when every block's flag equals the epoch. Each 128-byte block is aligned and lies inside one warp
+  store instruction (16 bytes per thread): blocks of at most 128 B stored by one warp instruction
+  were never seen torn over NVLink, 256 B ones were (``benchmarks/probe_store_atomicity.py``), and
+  the GPU stress test (2000 calls per layout, random delays) saw no torn block in this layout.
 - ``sw`` (``FE = 0``): plain rows; a batch has arrived when its record does (``ubep.backends.cuda.sync``).
 
 Example: 7168 bf16 elements, ``tff`` with 128-byte blocks: ``BE = 64``, ``FE = 4``, ``PE = 60``,
