@@ -143,30 +143,17 @@ class CombineKernel {
     DataCopy(dst, wire, f_.row_stride());
     wire_q_.FreeTensor(wire);
     if (collide || f_.mode == ubep::Mode::DC) {
-      LocalTensor<int32_t> v = small_buf_.Get<int32_t>();
-      Duplicate<int32_t>(v, 0, 8);
-      v.SetValue(0, collide ? 1 : 0);
-      v.SetValue(1, static_cast<int32_t>(lanes[0]));
-      v.SetValue(2, static_cast<int32_t>(lanes[1]));
-      GlobalTensor<int32_t> at;
-      at.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(c_.ws + t_->ws_collide) + s * 8, 8);
-      SetAtomicAdd<int32_t>();
-      DataCopy(at, v, 8);
-      SetAtomicNone();
+      AddBatchShare(BatchAccumulator(s), collide, lanes, small_buf_.Get<int32_t>());
     }
   }
 
+  __aicore__ inline __gm__ int32_t* BatchAccumulator(int64_t peer) {
+    return reinterpret_cast<__gm__ int32_t*>(c_.ws + t_->ws_collide) + peer * 8;
+  }
+
   __aicore__ inline void SendBatchRecord(int64_t s, int64_t num_rows) {
-    GlobalTensor<int32_t> acc;
-    acc.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(c_.ws + t_->ws_collide) + s * 8, 8);
-    uint64_t value = static_cast<uint64_t>(num_rows);
-    if (f_.mode == ubep::Mode::SP && acc.GetValue(0) == 0) return;
-    if (f_.mode == ubep::Mode::DC) {
-      const uint32_t lanes[2] = {static_cast<uint32_t>(acc.GetValue(1)), static_cast<uint32_t>(acc.GetValue(2))};
-      value = ChecksumOf(f_, lanes, num_rows, static_cast<uint64_t>(t_->epoch));
-    }
-    SendRecord(c_.Slot(s) + rec_area_ + t_->rank * RECORD_STRIDE, static_cast<uint64_t>(t_->epoch), value,
-               small_buf_.Get<uint64_t>());
+    ubep_ascend::SendBatchRecord(f_, BatchAccumulator(s), c_.Slot(s) + rec_area_ + t_->rank * RECORD_STRIDE,
+                                 num_rows, static_cast<uint64_t>(t_->epoch), small_buf_.Get<uint64_t>());
   }
 
   // ---- receive --------------------------------------------------------------------------------

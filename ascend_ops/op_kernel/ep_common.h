@@ -207,6 +207,37 @@ __aicore__ inline void SendRecord(uint8_t* rec_gm, uint64_t epoch, uint64_t valu
   AscendC::DataCopy(g, ub, 4);
 }
 
+// A sender's share of a batch's record state, added atomically into `acc_gm` (8 int32 in this die's
+// workspace per peer: any row collided with the sp sentinel, dc lanes A and B), since several AIVs
+// send rows of one batch. ub: 8 int32 of scratch.
+__aicore__ inline void AddBatchShare(__gm__ int32_t* acc_gm, bool collide, const uint32_t* lanes,
+                                     const LocalTensor<int32_t>& ub) {
+  AscendC::Duplicate<int32_t>(ub, 0, 8);
+  ub.SetValue(0, collide ? 1 : 0);
+  ub.SetValue(1, static_cast<int32_t>(lanes[0]));
+  ub.SetValue(2, static_cast<int32_t>(lanes[1]));
+  GlobalTensor<int32_t> g;
+  g.SetGlobalBuffer(acc_gm, 8);
+  AscendC::SetAtomicAdd<int32_t>();
+  AscendC::DataCopy(g, ub, 8);
+  AscendC::SetAtomicNone();
+}
+
+// The record of a finished batch of `num_rows` rows into `rec_gm`, from its accumulator: sw (epoch,
+// N); dc (epoch, checksum of the summed lanes); sp (epoch, N) only if a row collided, else none.
+__aicore__ inline void SendBatchRecord(const ubep::WireFormat& f, __gm__ int32_t* acc_gm, uint8_t* rec_gm,
+                                       int64_t num_rows, uint64_t epoch, const LocalTensor<uint64_t>& ub) {
+  GlobalTensor<int32_t> acc;
+  acc.SetGlobalBuffer(acc_gm, 8);
+  uint64_t value = static_cast<uint64_t>(num_rows);
+  if (f.mode == ubep::Mode::SP && acc.GetValue(0) == 0) return;
+  if (f.mode == ubep::Mode::DC) {
+    const uint32_t lanes[2] = {static_cast<uint32_t>(acc.GetValue(1)), static_cast<uint32_t>(acc.GetValue(2))};
+    value = ChecksumOf(f, lanes, num_rows, epoch);
+  }
+  SendRecord(rec_gm, epoch, value, ub);
+}
+
 // Whether the batch record in this die's window reads (epoch, value).
 __aicore__ inline bool RecordIs(uint8_t* rec_gm, uint64_t epoch, uint64_t value, const LocalTensor<uint64_t>& ub) {
   GlobalTensor<uint64_t> g;
