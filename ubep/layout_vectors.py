@@ -9,12 +9,11 @@ so the file is reproducible; a test checks the stored file equals a fresh build.
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
 
-from ubep import layout
+from ubep import layout, vector_files
 from ubep.workloads import drop_slots, random_topk
 
 CASES = [  # (name, tokens per source, experts, top_k, world, drop fraction, padded capacity)
@@ -60,11 +59,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", required=True, help="path of the JSON file")
-    args = parser.parse_args(argv)
-    with open(args.write, "w") as f:
-        f.write(render())
+    vector_files.main(render, __doc__, argv)
 
 
 if __name__ == "__main__":

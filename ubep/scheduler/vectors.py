@@ -12,12 +12,11 @@ the file does not depend on the torch version.
 
 from __future__ import annotations
 
-import argparse
 import json
-from pathlib import Path
 
 import torch
 
+from ubep import vector_files
 from ubep.scheduler.mapping import VARIANTS, per_hop_bound, schedule, slice_bounds, transpose_order
 from ubep.scheduler.search import binary_search, quaternary_search
 
@@ -109,15 +108,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", type=Path, help="write the vectors to this path")
-    args = parser.parse_args(argv)
-    text = render()
-    if args.write is None:
-        print(text, end="")
-    else:
-        args.write.parent.mkdir(parents=True, exist_ok=True)
-        args.write.write_text(text)
+    vector_files.main(render, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ file equals a fresh build.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import random
 from dataclasses import asdict
 
+from ubep import vector_files
 from ubep.topology import cm384
 from ubep.tuning.model import DispatchShape
 from ubep.tuning.params import cm384_ascend
@@ -62,11 +62,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", required=True, help="path of the JSON file")
-    args = parser.parse_args(argv)
-    with open(args.write, "w") as f:
-        f.write(render())
+    vector_files.main(render, __doc__, argv)
 
 
 if __name__ == "__main__":
