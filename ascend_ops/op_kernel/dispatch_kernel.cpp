@@ -270,22 +270,10 @@ class DispatchKernel {
     return true;
   }
 
-  // sw: the record reads (epoch, N); dc: (epoch, checksum of the rows as they sit here).
   __aicore__ inline bool BatchComplete(uint8_t* batch, uint8_t* record, int64_t num_rows,
                                        const LocalTensor<uint8_t>& wire, const LocalTensor<uint64_t>& rec) {
-    const uint64_t epoch = static_cast<uint64_t>(t_->epoch);
-    if (f_.mode == ubep::Mode::SW) return RecordIs(record, epoch, num_rows, rec);
-    GlobalTensor<uint64_t> g;
-    g.SetGlobalBuffer(reinterpret_cast<__gm__ uint64_t*>(record), 4);
-    if (g.GetValue(0) != epoch) return false;
-    uint32_t lanes[2] = {0, 0};
-    GlobalTensor<uint8_t> gm_row;
-    for (int64_t r = 0; r < num_rows; ++r) {
-      gm_row.SetGlobalBuffer(batch + r * f_.row_stride());
-      DataCopy(wire, gm_row, f_.row_stride());
-      AddRowLanes(f_, wire.GetPhyAddr(), r, lanes);
-    }
-    return RecordIs(record, epoch, ChecksumOf(f_, lanes, num_rows, epoch), rec);
+    return ubep_ascend::BatchComplete(f_, batch, record, num_rows, static_cast<uint64_t>(t_->epoch), wire,
+                                      rec);
   }
 
   // Row r from src into the receive row of each of its pairs held here.

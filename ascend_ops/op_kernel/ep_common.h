@@ -246,4 +246,24 @@ __aicore__ inline bool RecordIs(uint8_t* rec_gm, uint64_t epoch, uint64_t value,
   return ub.GetValue(0) == epoch && ub.GetValue(1) == value;
 }
 
+// Whether a batch of `num_rows` rows at `batch` (this die's window) is complete for `epoch`, for the
+// modes with a record: sw, the record reads (epoch, N); dc, (epoch, checksum of the rows as they sit
+// here). wire: UB for one row; rec: 4 u64 of UB.
+__aicore__ inline bool BatchComplete(const ubep::WireFormat& f, uint8_t* batch, uint8_t* record, int64_t num_rows,
+                                     uint64_t epoch, const LocalTensor<uint8_t>& wire,
+                                     const LocalTensor<uint64_t>& rec) {
+  if (f.mode == ubep::Mode::SW) return RecordIs(record, epoch, num_rows, rec);
+  GlobalTensor<uint64_t> g;
+  g.SetGlobalBuffer(reinterpret_cast<__gm__ uint64_t*>(record), 4);
+  if (g.GetValue(0) != epoch) return false;
+  uint32_t lanes[2] = {0, 0};
+  GlobalTensor<uint8_t> gm_row;
+  for (int64_t r = 0; r < num_rows; ++r) {
+    gm_row.SetGlobalBuffer(batch + r * f.row_stride());
+    AscendC::DataCopy(wire, gm_row, f.row_stride());
+    AddRowLanes(f, wire.GetPhyAddr(), r, lanes);
+  }
+  return RecordIs(record, epoch, ChecksumOf(f, lanes, num_rows, epoch), rec);
+}
+
 }  // namespace ubep_ascend
