@@ -132,27 +132,17 @@ class CombineKernel {
   }
 
   __aicore__ inline void SendRow(int64_t s, int64_t r) {
-    LocalTensor<uint8_t> wire = wire_q_.AllocTensor<uint8_t>();
-    uint32_t lanes[2] = {0, 0};
-    const bool collide = EncodeRow(f_, row_buf_.Get<uint8_t>().GetPhyAddr(), r,
-                                   static_cast<uint64_t>(t_->epoch), wire.GetPhyAddr(), lanes);
-    wire_q_.EnQue(wire);
-    wire = wire_q_.DeQue<uint8_t>();
-    GlobalTensor<uint8_t> dst;
-    dst.SetGlobalBuffer(c_.Slot(s) + area_ + (t_->rank * t_->comb_rows + r) * f_.row_stride());
-    DataCopy(dst, wire, f_.row_stride());
-    wire_q_.FreeTensor(wire);
-    if (collide || f_.mode == ubep::Mode::DC) {
-      AddBatchShare(BatchAccumulator(s), collide, lanes, small_buf_.Get<int32_t>());
-    }
+    uint8_t* dst = c_.Slot(s) + area_ + (t_->rank * t_->comb_rows + r) * f_.row_stride();
+    ubep_ascend::SendRow(f_, row_buf_.Get<uint8_t>().GetPhyAddr(), r, static_cast<uint64_t>(t_->epoch),
+                         wire_q_, dst, Accumulator(s), small_buf_.Get<int32_t>());
   }
 
-  __aicore__ inline __gm__ int32_t* BatchAccumulator(int64_t peer) {
-    return reinterpret_cast<__gm__ int32_t*>(c_.ws + t_->ws_collide) + peer * 8;
+  __aicore__ inline __gm__ int32_t* Accumulator(int64_t peer) {
+    return BatchAccumulator(c_.ws + t_->ws_collide, peer);
   }
 
   __aicore__ inline void SendBatchRecord(int64_t s, int64_t num_rows) {
-    ubep_ascend::SendBatchRecord(f_, BatchAccumulator(s), c_.Slot(s) + rec_area_ + t_->rank * RECORD_STRIDE,
+    ubep_ascend::SendBatchRecord(f_, Accumulator(s), c_.Slot(s) + rec_area_ + t_->rank * RECORD_STRIDE,
                                  num_rows, static_cast<uint64_t>(t_->epoch), small_buf_.Get<uint64_t>());
   }
 

@@ -204,27 +204,17 @@ class DispatchKernel {
   }
 
   __aicore__ inline void SendRow(int64_t d, int64_t ordinal) {
-    LocalTensor<uint8_t> wire = wire_q_.AllocTensor<uint8_t>();
-    uint32_t lanes[2] = {0, 0};
-    const bool collide = EncodeRow(f_, row_buf_.Get<uint8_t>().GetPhyAddr(), ordinal,
-                                   static_cast<uint64_t>(t_->epoch), wire.GetPhyAddr(), lanes);
-    wire_q_.EnQue(wire);
-    wire = wire_q_.DeQue<uint8_t>();
-    GlobalTensor<uint8_t> dst;
-    dst.SetGlobalBuffer(c_.Slot(d) + t_->disp_off + (t_->rank * t_->disp_rows + ordinal) * f_.row_stride());
-    DataCopy(dst, wire, f_.row_stride());
-    wire_q_.FreeTensor(wire);
-    if (collide || f_.mode == ubep::Mode::DC) {
-      AddBatchShare(BatchAccumulator(d), collide, lanes, small_buf_.Get<int32_t>());
-    }
+    uint8_t* dst = c_.Slot(d) + t_->disp_off + (t_->rank * t_->disp_rows + ordinal) * f_.row_stride();
+    ubep_ascend::SendRow(f_, row_buf_.Get<uint8_t>().GetPhyAddr(), ordinal, static_cast<uint64_t>(t_->epoch),
+                         wire_q_, dst, Accumulator(d), small_buf_.Get<int32_t>());
   }
 
-  __aicore__ inline __gm__ int32_t* BatchAccumulator(int64_t peer) {
-    return reinterpret_cast<__gm__ int32_t*>(c_.ws + t_->ws_collide) + peer * 8;
+  __aicore__ inline __gm__ int32_t* Accumulator(int64_t peer) {
+    return BatchAccumulator(c_.ws + t_->ws_collide, peer);
   }
 
   __aicore__ inline void SendBatchRecord(int64_t d, int64_t num_rows) {
-    ubep_ascend::SendBatchRecord(f_, BatchAccumulator(d), c_.Slot(d) + t_->disp_rec_off + t_->rank * RECORD_STRIDE,
+    ubep_ascend::SendBatchRecord(f_, Accumulator(d), c_.Slot(d) + t_->disp_rec_off + t_->rank * RECORD_STRIDE,
                                  num_rows, static_cast<uint64_t>(t_->epoch), small_buf_.Get<uint64_t>());
   }
 

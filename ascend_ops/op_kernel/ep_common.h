@@ -114,29 +114,18 @@ __aicore__ inline GlobalTensor<uint64_t> CountEntry(const Ctx& c, int64_t s) {
   return entry;
 }
 
-// One row of a batch, encoded in UB: `row` (row_bytes) -> `wire` (row_stride). dc masks with the
-// batch-wide marker index of row r and adds the row's checksum lanes to lanes[0..1]; returns true
-// for an sp row whose marker equals the sentinel (the batch then needs its record).
-__aicore__ inline bool EncodeRow(const ubep::WireFormat& f, const uint8_t* row, int64_t r,
-                                 uint64_t epoch, uint8_t* wire, uint32_t* lanes) {
-  ubep::WireFormat raw = f;
-  if (f.mode == ubep::Mode::DC) raw.mode = ubep::Mode::SW;  // blocks only; masked below
-  const bool collide = ubep::encode_blocks(raw, row, 1, epoch, wire);
-  if (f.mode == ubep::Mode::DC) {
-    const uint32_t digest = ubep::epoch_digest(epoch);
-    const int64_t words = f.flag_bytes / 4, nb = f.blocks_per_row();
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int64_t j = 0; j < words; ++j) {
-        uint8_t* p = wire + b * f.block_bytes + 4 * j;
-        const uint32_t k = static_cast<uint32_t>((r * nb + b) * words + j);
-        const uint32_t w = ubep::load_u32(p) ^ ubep::fmix32(k ^ digest);
-        ubep::store_u32(p, w);
-        lanes[0] += ubep::fmix32(w ^ ubep::fmix32(2 * k));
-        lanes[1] += ubep::fmix32(w ^ ubep::fmix32(2 * k + 1));
-      }
+// dc: xor every marker word of row r (UB, in place) with its mask, the batch-wide marker index k
+// mixed with the epoch digest (docs/PROTOCOL.md); applying it twice restores the row.
+__aicore__ inline void XorMarkers(const ubep::WireFormat& f, uint8_t* wire, int64_t r, uint64_t epoch) {
+  const uint32_t digest = ubep::epoch_digest(epoch);
+  const int64_t words = f.flag_bytes / 4, nb = f.blocks_per_row();
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t j = 0; j < words; ++j) {
+      uint8_t* p = wire + b * f.block_bytes + 4 * j;
+      const uint32_t k = static_cast<uint32_t>((r * nb + b) * words + j);
+      ubep::store_u32(p, ubep::load_u32(p) ^ ubep::fmix32(k ^ digest));
     }
   }
-  return collide;
 }
 
 // dc lanes of row r as it sits on the wire (receiver side), added to lanes[0..1].
@@ -152,6 +141,21 @@ __aicore__ inline void AddRowLanes(const ubep::WireFormat& f, const uint8_t* wir
   }
 }
 
+// One row of a batch, encoded in UB: `row` (row_bytes) -> `wire` (row_stride). dc masks with the
+// batch-wide marker index of row r and adds the row's checksum lanes to lanes[0..1]; returns true
+// for an sp row whose marker equals the sentinel (the batch then needs its record).
+__aicore__ inline bool EncodeRow(const ubep::WireFormat& f, const uint8_t* row, int64_t r,
+                                 uint64_t epoch, uint8_t* wire, uint32_t* lanes) {
+  ubep::WireFormat raw = f;
+  if (f.mode == ubep::Mode::DC) raw.mode = ubep::Mode::SW;  // blocks only; masked below
+  const bool collide = ubep::encode_blocks(raw, row, 1, epoch, wire);
+  if (f.mode == ubep::Mode::DC) {
+    XorMarkers(f, wire, r, epoch);
+    AddRowLanes(f, wire, r, lanes);
+  }
+  return collide;
+}
+
 // The dc checksum of a batch of n rows from its lanes (docs/PROTOCOL.md).
 __aicore__ inline uint64_t ChecksumOf(const ubep::WireFormat& f, const uint32_t* lanes, int64_t n,
                                       uint64_t epoch) {
@@ -163,17 +167,7 @@ __aicore__ inline uint64_t ChecksumOf(const ubep::WireFormat& f, const uint32_t*
 // Row r of an arrived batch, decoded from `wire` (UB, unmasked in place for dc) into `row`.
 __aicore__ inline void DecodeRow(const ubep::WireFormat& f, uint8_t* wire, int64_t r, uint64_t epoch,
                                  uint8_t* row) {
-  if (f.mode == ubep::Mode::DC) {
-    const uint32_t digest = ubep::epoch_digest(epoch);
-    const int64_t words = f.flag_bytes / 4, nb = f.blocks_per_row();
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int64_t j = 0; j < words; ++j) {
-        uint8_t* p = wire + b * f.block_bytes + 4 * j;
-        const uint32_t k = static_cast<uint32_t>((r * nb + b) * words + j);
-        ubep::store_u32(p, ubep::load_u32(p) ^ ubep::fmix32(k ^ digest));
-      }
-    }
-  }
+  if (f.mode == ubep::Mode::DC) XorMarkers(f, wire, r, epoch);
   const int64_t pb = f.payload_bytes(), off = f.payload_offset();
   for (int64_t i = 0; i < f.row_bytes(); ++i) row[i] = wire[(i / pb) * f.block_bytes + off + i % pb];
 }
@@ -221,6 +215,29 @@ __aicore__ inline void AddBatchShare(__gm__ int32_t* acc_gm, bool collide, const
   AscendC::SetAtomicAdd<int32_t>();
   AscendC::DataCopy(g, ub, 8);
   AscendC::SetAtomicNone();
+}
+
+// Where a sender accumulates its shares of the batch to `peer`, in its workspace at `acc_base`.
+__aicore__ inline __gm__ int32_t* BatchAccumulator(uint8_t* acc_base, int64_t peer) {
+  return reinterpret_cast<__gm__ int32_t*>(acc_base) + peer * 8;
+}
+
+// Row r of a batch (`row`, UB) encoded and copied to `dst_gm` in a peer's window, its record share
+// added to `acc_gm` when the batch will need one (dc always, sp on a collision).
+template <typename WireQueue>
+__aicore__ inline void SendRow(const ubep::WireFormat& f, const uint8_t* row, int64_t r, uint64_t epoch,
+                               WireQueue& wire_q, uint8_t* dst_gm, __gm__ int32_t* acc_gm,
+                               const LocalTensor<int32_t>& ub) {
+  LocalTensor<uint8_t> wire = wire_q.template AllocTensor<uint8_t>();
+  uint32_t lanes[2] = {0, 0};
+  const bool collide = EncodeRow(f, row, r, epoch, wire.GetPhyAddr(), lanes);
+  wire_q.EnQue(wire);
+  wire = wire_q.template DeQue<uint8_t>();
+  GlobalTensor<uint8_t> dst;
+  dst.SetGlobalBuffer(dst_gm);
+  AscendC::DataCopy(dst, wire, f.row_stride());
+  wire_q.FreeTensor(wire);
+  if (collide || f.mode == ubep::Mode::DC) AddBatchShare(acc_gm, collide, lanes, ub);
 }
 
 // The record of a finished batch of `num_rows` rows into `rec_gm`, from its accumulator: sw (epoch,
