@@ -175,21 +175,10 @@ class CombineKernel {
         if (Dest(tok * K + k) != d) continue;
         const bool first_here = t_->reduce != REDUCE_EXPERT_RANK || FirstPairOn(tok, k, d);
         if (!first_here) continue;
-        GlobalTensor<uint8_t> gm_row;
-        gm_row.SetGlobalBuffer(batch + r * f_.row_stride());
-        if (f_.mode == ubep::Mode::TFF || f_.mode == ubep::Mode::SP) {
-          const bool ok = c_.Poll(PHASE_RETURN, d, [&] {
-            DataCopy(wire, gm_row, f_.row_stride());
-            return RowArrived(f_, wire.GetPhyAddr(), epoch) ||
-                   (f_.mode == ubep::Mode::SP && RecordIs(record, epoch, num_rows, rec));
-          });
-          if (!ok) return false;
-        } else {
-          DataCopy(wire, gm_row, f_.row_stride());
-        }
         LocalTensor<uint8_t> row = row_buf_.Get<uint8_t>();
-        DecodeRow(f_, wire.GetPhyAddr(), r, epoch, row.GetPhyAddr());
-        if (f_.mode == ubep::Mode::SP) ResetMarkers(f_, batch + r * f_.row_stride(), wire);
+        if (!TakeRow(c_, PHASE_RETURN, d, f_, batch, record, num_rows, r, epoch, wire, rec, row.GetPhyAddr())) {
+          return false;
+        }
         const int64_t at = t_->reduce == REDUCE_EXPERT_RANK ? tok * t_->world + d : tok * K + k;
         GlobalTensor<uint8_t> keep;
         keep.SetGlobalBuffer(kept_ + at * f_.row_bytes(), f_.row_bytes());

@@ -235,25 +235,14 @@ class DispatchKernel {
     uint8_t* record = c_.Slot(t_->rank) + t_->disp_rec_off + src * RECORD_STRIDE;
     LocalTensor<uint64_t> rec = small_buf_.Get<uint64_t>();
     LocalTensor<uint8_t> wire = wire_q_.AllocTensor<uint8_t>();
-    GlobalTensor<uint8_t> gm_row;
     if (f_.mode == ubep::Mode::SW || f_.mode == ubep::Mode::DC) {
       if (!c_.Poll(PHASE_TOKENS, src, [&] { return BatchComplete(batch, record, num_rows, wire, rec); })) return false;
     }
     LocalTensor<uint8_t> row = row_buf_.Get<uint8_t>();
     for (int64_t r = 0; r < num_rows; ++r) {
-      gm_row.SetGlobalBuffer(batch + r * f_.row_stride());
-      if (f_.mode == ubep::Mode::TFF || f_.mode == ubep::Mode::SP) {
-        const bool ok = c_.Poll(PHASE_TOKENS, src, [&] {
-          DataCopy(wire, gm_row, f_.row_stride());
-          return RowArrived(f_, wire.GetPhyAddr(), epoch) ||
-                 (f_.mode == ubep::Mode::SP && RecordIs(record, epoch, num_rows, rec));
-        });
-        if (!ok) return false;
-      } else {
-        DataCopy(wire, gm_row, f_.row_stride());
+      if (!TakeRow(c_, PHASE_TOKENS, src, f_, batch, record, num_rows, r, epoch, wire, rec, row.GetPhyAddr())) {
+        return false;
       }
-      DecodeRow(f_, wire.GetPhyAddr(), r, epoch, row.GetPhyAddr());
-      if (f_.mode == ubep::Mode::SP) ResetMarkers(f_, batch + r * f_.row_stride(), wire);
       Replicate(src, r, row, bases);
     }
     wire_q_.FreeTensor(wire);

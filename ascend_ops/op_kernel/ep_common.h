@@ -283,4 +283,28 @@ __aicore__ inline bool BatchComplete(const ubep::WireFormat& f, uint8_t* batch, 
   return RecordIs(record, epoch, ChecksumOf(f, lanes, num_rows, epoch), rec);
 }
 
+// Row r of a batch from `peer` (this die's window at `batch`) into `row` (UB), through `wire` (UB):
+// tff / sp wait for every block of the row (sp also takes the fallback record), sw / dc rows are
+// there once BatchComplete said so; then decode, and for sp put the sentinel back. False if the wait
+// timed out (recorded under `phase`).
+__aicore__ inline bool TakeRow(Ctx& c, int64_t phase, int64_t peer, const ubep::WireFormat& f, uint8_t* batch,
+                               uint8_t* record, int64_t num_rows, int64_t r, uint64_t epoch,
+                               const LocalTensor<uint8_t>& wire, const LocalTensor<uint64_t>& rec, uint8_t* row) {
+  GlobalTensor<uint8_t> gm_row;
+  gm_row.SetGlobalBuffer(batch + r * f.row_stride());
+  if (f.mode == ubep::Mode::TFF || f.mode == ubep::Mode::SP) {
+    const bool ok = c.Poll(phase, peer, [&] {
+      AscendC::DataCopy(wire, gm_row, f.row_stride());
+      return RowArrived(f, wire.GetPhyAddr(), epoch) ||
+             (f.mode == ubep::Mode::SP && RecordIs(record, epoch, num_rows, rec));
+    });
+    if (!ok) return false;
+  } else {
+    AscendC::DataCopy(wire, gm_row, f.row_stride());
+  }
+  DecodeRow(f, wire.GetPhyAddr(), r, epoch, row);
+  if (f.mode == ubep::Mode::SP) ResetMarkers(f, batch + r * f.row_stride(), wire);
+  return true;
+}
+
 }  // namespace ubep_ascend
