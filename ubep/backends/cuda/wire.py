@@ -27,7 +27,7 @@ import triton.language as tl
 from ubep.backends.cuda.sync import now_ns, report
 
 MODE_CODES = {"sw": 0, "tff": 1}
-SW, TFF = tl.constexpr(MODE_CODES["sw"]), tl.constexpr(MODE_CODES["tff"])
+TFF = tl.constexpr(MODE_CODES["tff"])
 BLOCK_BYTES = 128
 FLAG_BYTES = 8
 
@@ -37,12 +37,6 @@ def geometry(mode: str, hidden: int, elem_bytes: int) -> tuple[int, int, int]:
     be = BLOCK_BYTES // elem_bytes
     fe = FLAG_BYTES // elem_bytes if mode == "tff" else 0
     return be, fe, triton.cdiv(hidden, be - fe)
-
-
-def row_bytes(mode: str, hidden: int, elem_bytes: int) -> int:
-    """Bytes one row occupies on the wire: 7168 bf16 -> 15360 (tff), 14336 (sw)."""
-    be, _, nb = geometry(mode, hidden, elem_bytes)
-    return nb * be * elem_bytes
 
 
 @triton.jit
