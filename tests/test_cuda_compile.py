@@ -1,6 +1,9 @@
 """The CUDA backend's kernels compile for an H100/H200 (sm_90) in every variant, on any machine with
 Triton: no GPU is needed to build PTX and a cubin, so CPU runs catch kernel build errors too."""
 
+import re
+from collections import Counter
+
 import pytest
 import torch
 
@@ -23,33 +26,46 @@ POINTERS = {
 SCALARS = {"timeout_ns": "i64", "err_addr": "i64"}
 
 
-def _compile(fn, pointers, constants):
-    signature = {}
-    for name in fn.arg_names:
+def _compile(fn, pointers, constants) -> Counter:
+    """Build ``fn`` as the runtime would for 16-byte-aligned pointer arguments; the count of each
+    global load and store instruction in its PTX."""
+    signature, attrs = {}, {}
+    for i, name in enumerate(fn.arg_names):
         if name in constants:
             signature[name] = "constexpr"
         elif name.endswith("_ptr") or name.endswith("_ptrs"):
             signature[name] = pointers.get(name, "*i64")
+            attrs[(i,)] = [["tt.divisibility", 16]]
         else:
             signature[name] = SCALARS.get(name, "i32")
-    kernel = triton.compile(ASTSource(fn, signature, constants), target=TARGET)
+    kernel = triton.compile(ASTSource(fn, signature, constants, attrs), target=TARGET,
+                            options={"num_warps": 8})
     assert kernel.asm["cubin"]
+    return Counter(m.group(1) for m in re.finditer(r"\b((?:ld|st)\.[\w.]*global[\w.]*)",
+                                                    kernel.asm["ptx"]))
 
 
 def _rows(mode, hidden, elem_bytes):
     be, fe, nb = wire.geometry(mode, hidden, elem_bytes)
-    return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "NB_BLOCK": triton.next_power_of_2(nb),
-            "CB": min(32, triton.next_power_of_2(nb))}
+    return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "CB": min(32, triton.next_power_of_2(nb))}
+
+
+def _assert_rows_move_in_16_bytes(ops: Counter) -> None:
+    """bf16 rows cross the link in 16-byte stores (one warp instruction per 128-byte block, which
+    ``tff`` relies on) and are read back in 16-byte loads; no 2-byte access of a row is left."""
+    assert ops["st.global.v4.b32"] > 0, ops
+    assert not [op for op in ops if op.endswith(".b16")], ops
 
 
 @pytest.mark.parametrize("mode", ["sw", "tff"])
 @pytest.mark.parametrize(("like", "replicate"), [(False, False), (False, True), (True, True)])
 def test_dispatch_compiles(mode, like, replicate):
     constants = {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
-                 "PAIR_BLOCK": 1024, "MODE": wire.MODE_CODES[mode], "LIKE": like,
+                 "PAIR_BLOCK": 1024, "LIKE": like,
                  "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate, "FINAL": replicate,
-                 "PROFILE": replicate, **_rows(mode, 7168, 2)}
-    _compile(dk.dispatch, POINTERS["dispatch"], constants)
+                 "PROFILE": replicate, "COUNTS_FIRST": mode == "tff" and not like,
+                 **_rows(mode, 7168, 2)}
+    _assert_rows_move_in_16_bytes(_compile(dk.dispatch, POINTERS["dispatch"], constants))
 
 
 @pytest.mark.parametrize("mode", ["sw", "tff"])
@@ -64,4 +80,6 @@ def test_combine_compiles(mode, partial, gather):
                  "MODE": wire.MODE_CODES[mode],
                  "PARTIAL": partial, "WEIGHTED": partial, "SUM_WEIGHTED": not partial and not gather,
                  "GATHER": gather, "FINAL": not gather, "PROFILE": partial, **rows}
-    _compile(ck.combine, pointers, constants)
+    ops = _compile(ck.combine, pointers, constants)
+    if not gather:
+        _assert_rows_move_in_16_bytes(ops)

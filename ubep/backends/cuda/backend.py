@@ -36,6 +36,11 @@ NUM_WARPS = 8
 # Programs per group: lower ids are scheduled first and never wait on higher ones, so a grid larger
 # than the GPU holds at once still completes.
 MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
+# Combine senders move up to K rows per item, one tile after another; more of them hide latency.
+MAX_COMBINE_SEND = 512
+# Up to this many tokens, senders wait for the counts to leave first: the receivers then know their
+# rows before the tokens land, instead of seeing the counts behind the tokens on the link.
+COUNTS_FIRST_TOKENS = 512
 
 
 @dataclass(frozen=True, eq=False)
@@ -155,8 +160,7 @@ class CudaBackend(Backend):
         """Compile-time geometry of rows of ``hidden`` elements of ``elem_bytes`` bytes."""
         be, fe, nb = wire.geometry(self.config.sync, hidden, elem_bytes)
         chunk = min(triton.next_power_of_2(nb), max(1, CHUNK_BYTES // (be * elem_bytes)))
-        return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "NB_BLOCK": triton.next_power_of_2(nb),
-                "CB": chunk}
+        return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "CB": chunk}
 
     def _dispatch_launch(self, workers: Workers, x_bits, idx, weights, sent, out_bits, out_w, rows,
                          pair_w, tpe, *, like: bool, replicate: bool, final: bool) -> None:
@@ -175,14 +179,17 @@ class CudaBackend(Backend):
             L_BLOCK=triton.next_power_of_2(cfg.num_local_experts), TOP_K=cfg.top_k,
             K_BLOCK=self.k_block, PAIR_BLOCK=min(MAX_PAIR_BLOCK, triton.next_power_of_2(
                 cfg.max_tokens_per_rank * cfg.top_k)),
-            MODE=self.mode, LIKE=like, RECORDS=(not like) or sw, REPLICATE=replicate, FINAL=final,
+            LIKE=like, RECORDS=(not like) or sw, REPLICATE=replicate, FINAL=final,
+            COUNTS_FIRST=not (like or sw) and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,
             PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
             **self._row_meta(cfg.hidden, cfg.dtype.itemsize))
 
     def _combine_launches(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
                           weighted: bool, gather: bool):
         """The combine kernel: one launch, or (``phased``) the senders, ``yield``, the reducers."""
-        workers = self._workers(num_tokens)
+        cfg = self.config
+        workers = Workers(0, min(cfg.world_size * cfg.max_tokens_per_rank, MAX_COMBINE_SEND),
+                          self.consumers)
         if self.phased:
             self._combine_launch(Workers(0, workers.send, 0), rows_RF, routes, num_tokens, source_w,
                                  y, partial=partial, weighted=weighted, gather=gather, final=False)

@@ -19,8 +19,8 @@ import triton
 import triton.language as tl
 
 from ubep.backends.cuda import sync
-from ubep.backends.cuda.kernels import INTERPRETED, any_true, lane
-from ubep.backends.cuda.wire import TFF, copy_row, load_tile, put_tile, tile, wait_row
+from ubep.backends.cuda.kernels import INTERPRETED, any_true, lane, symmetric_base
+from ubep.backends.cuda.wire import TFF, copy_row, put_tile, take_tile, tile
 
 
 @triton.jit
@@ -53,7 +53,7 @@ def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, 
     ks = tl.arange(0, K_BLOCK)
     rows = tl.load(rows_ptr + i * TOP_K + ks, mask=ks < TOP_K, other=-1)
     if any_true(rows >= 0):
-        back = tl.load(back_ptrs + s).to(tl.pointer_type(out_bits_ptr.dtype.element_ty))
+        back = symmetric_base(back_ptrs, s, out_bits_ptr.dtype.element_ty)
         back += (slot * rows_max) * (NB * BE)
         if PARTIAL:
             weights = tl.load(pair_w_ptr + i * TOP_K + ks, mask=ks < TOP_K, other=0.0)
@@ -83,7 +83,7 @@ def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, 
 def _reduce_token(t, back_local, idx_ptr, w_ptr, sent_ptr, y_ptr, epoch, tokens_max, timeout_ns,
                   err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
                   K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
-                  NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
+                  NB: tl.constexpr, CB: tl.constexpr,
                   PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr, GATHER: tl.constexpr):
     """Token ``t``'s rows, waited for and summed (or gathered) into ``y``."""
     ks = tl.arange(0, K_BLOCK)
@@ -101,19 +101,15 @@ def _reduce_token(t, back_local, idx_ptr, w_ptr, sent_ptr, y_ptr, epoch, tokens_
         slots = t * TOP_K + ks
         peers = ids // E_LOCAL
         weights = tl.load(w_ptr + t * TOP_K + ks, mask=valid, other=0.0)
-    if MODE == TFF:
-        for j in tl.static_range(num):
-            if lane(valid.to(tl.int32), ks, j) != 0:
-                wire = back_local + lane(slots, ks, j).to(tl.int64) * row_elems
-                wait_row(wire, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, lane(peers, ks, j), BE,
-                         FE, NB, NB_BLOCK)
+    deadline = sync.now_ns() + timeout_ns
     for c in range(0, tl.cdiv(NB, CB)):
         _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB)
         acc = tl.zeros(p_off.shape, dtype=tl.float32)
         for j in tl.static_range(num):
             if lane(valid.to(tl.int32), ks, j) != 0:
                 wire = back_local + lane(slots, ks, j).to(tl.int64) * row_elems
-                bits, _, _ = load_tile(wire, c, HIDDEN, BE, FE, NB, CB)
+                bits, _, _ = take_tile(wire, c, epoch, deadline, err_addr, sync.WAIT_ROWS,
+                                       lane(peers, ks, j), HIDDEN, BE, FE, NB, CB)
                 o = bits.to(dt, bitcast=True)
                 if GATHER:
                     tl.store(y_ptr + (t * TOP_K + j).to(tl.int64) * HIDDEN + p_off, o, mask=is_payload)
@@ -133,7 +129,7 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
             timeout_ns, err_addr, n_send, n_recv, n_consumers, WORLD: tl.constexpr, W_BLOCK: tl.constexpr,
             E_LOCAL: tl.constexpr,
             TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
-            FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr,
+            FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr,
             MODE: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr,
             SUM_WEIGHTED: tl.constexpr, GATHER: tl.constexpr, FINAL: tl.constexpr,
             PROFILE: tl.constexpr):
@@ -153,7 +149,7 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     slot = epoch & 1
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
     if pid < n_send:
-        ack_local = tl.load(ack_ptrs + rank).to(tl.pointer_type(tl.int64))
+        ack_local = symmetric_base(ack_ptrs, rank, tl.int64)
         sync.wait_acks(ack_local, epoch, n_consumers, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT,
                        WORLD, W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
@@ -168,17 +164,17 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
             sync.publish_record(state_ptr, n_send, sig_ptrs, slot, rank, epoch, WORLD)
     else:
         if MODE != TFF:
-            sig_local = tl.load(sig_ptrs + rank).to(tl.pointer_type(tl.int64))
+            sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
             sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, WORLD,
                              W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
-        back_local = tl.load(back_ptrs + rank).to(tl.pointer_type(out_bits_ptr.dtype.element_ty))
+        back_local = symmetric_base(back_ptrs, rank, out_bits_ptr.dtype.element_ty)
         back_local += (slot * rows_max) * (NB * BE)
         t = pid - n_send
         while t < num_tokens:
             _reduce_token(t, back_local, idx_ptr, w_ptr, sent_ptr, y_ptr, epoch, tokens_max,
                           timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
-                          NB_BLOCK, CB, MODE, PARTIAL, SUM_WEIGHTED, GATHER)
+                          CB, PARTIAL, SUM_WEIGHTED, GATHER)
             t += n_recv
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         sync.publish_ack(ack_ptrs, rank, WORLD)

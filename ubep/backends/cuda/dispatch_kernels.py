@@ -23,8 +23,8 @@ import triton
 import triton.language as tl
 
 from ubep.backends.cuda import sync
-from ubep.backends.cuda.kernels import any_true, lane
-from ubep.backends.cuda.wire import TFF, copy_row, load_tile, wait_row
+from ubep.backends.cuda.kernels import any_true, lane, symmetric_base
+from ubep.backends.cuda.wire import copy_row, take_tile
 
 
 @triton.jit
@@ -37,7 +37,7 @@ def _count_role(j, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, rank, slo
     while e < WORLD * E_LOCAL:  # while, not range: runtime bounds (also for Triton's interpreter)
         dest = e // E_LOCAL
         local = e % E_LOCAL
-        route = tl.load(route_ptrs + dest).to(tl.pointer_type(tl.int64))
+        route = symmetric_base(route_ptrs, dest, tl.int64)
         route += (slot * WORLD + rank).to(tl.int64) * tokens_max * TOP_K * 4
         seen = tl.zeros([], dtype=tl.int64)
         start = 0
@@ -54,7 +54,7 @@ def _count_role(j, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, rank, slo
             tl.store(entry + 2, bits.to(tl.int64) & 0xFFFFFFFF, mask=mine)
             seen += tl.sum(ones, 0)
             start += PAIR_BLOCK
-        count = tl.load(count_ptrs + dest).to(tl.pointer_type(tl.int64))
+        count = symmetric_base(count_ptrs, dest, tl.int64)
         count += (slot * WORLD + rank) * (E_LOCAL + 1)
         tl.store(count + local, seen)
         if local == 0:
@@ -79,7 +79,7 @@ def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, 
                 here = any_true((ids >= 0) & (ids // E_LOCAL == dest))
                 tl.store(sent_ptr + dest * tokens_max + t, here.to(tl.int8))
             if here:
-                stage = tl.load(stage_ptrs + dest).to(tl.pointer_type(x_ptr.dtype.element_ty))
+                stage = symmetric_base(stage_ptrs, dest, x_ptr.dtype.element_ty)
                 stage += ((slot * WORLD + rank) * tokens_max + t).to(tl.int64) * (NB * BE)
                 copy_row(x_ptr + t.to(tl.int64) * HIDDEN, stage, epoch, HIDDEN, BE, FE, NB, CB)
         t += n_send
@@ -110,7 +110,7 @@ def _receive_rows(i, stage_local, route_local, count_local, base_ptr, out_ptr, o
                   pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
                   E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
                   HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-                  NB_BLOCK: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr, LIKE: tl.constexpr):
+                  CB: tl.constexpr, LIKE: tl.constexpr):
     """Item ``i = s * T_max + t``: staged token ``t`` of source ``s`` into its receive rows."""
     s = i // tokens_max
     t = i % tokens_max
@@ -132,10 +132,10 @@ def _receive_rows(i, stage_local, route_local, count_local, base_ptr, out_ptr, o
         tl.store(out_w_ptr + rows, weights, mask=here)
     if any_true(rows >= 0):
         wire = stage_local + staged.to(tl.int64) * (NB * BE)
-        if MODE == TFF:
-            wait_row(wire, epoch, timeout_ns, err_addr, sync.WAIT_TOKENS, s, BE, FE, NB, NB_BLOCK)
+        deadline = sync.now_ns() + timeout_ns
         for c in range(0, tl.cdiv(NB, CB)):
-            values, p_off, is_payload = load_tile(wire, c, HIDDEN, BE, FE, NB, CB)
+            values, p_off, is_payload = take_tile(wire, c, epoch, deadline, err_addr,
+                                                  sync.WAIT_TOKENS, s, HIDDEN, BE, FE, NB, CB)
             for k in tl.static_range(TOP_K):
                 row = lane(rows, ks, k)
                 if row >= 0:
@@ -150,13 +150,15 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
              n_consumers, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr,
              L_BLOCK: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
              HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-             NB_BLOCK: tl.constexpr, CB: tl.constexpr, PAIR_BLOCK: tl.constexpr,
-             MODE: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
-             REPLICATE: tl.constexpr, FINAL: tl.constexpr, PROFILE: tl.constexpr):
+             CB: tl.constexpr, PAIR_BLOCK: tl.constexpr, LIKE: tl.constexpr,
+             RECORDS: tl.constexpr,
+             REPLICATE: tl.constexpr, FINAL: tl.constexpr, COUNTS_FIRST: tl.constexpr,
+             PROFILE: tl.constexpr):
     """One launch of a dispatch (see the module doc); program roles by id: ``[0, n_count)`` count,
     then ``n_send`` token senders, then ``n_recv`` receivers. The first ``n_writers`` programs (the
     count group, plus the senders in ``sw``) publish the record; receivers wait for it if ``RECORDS``.
-    ``FINAL``: this launch ends the call (receivers ack, the epoch advances).
+    ``FINAL``: this launch ends the call (receivers ack, the epoch advances). ``COUNTS_FIRST``
+    (``tff`` only): senders start once this rank's record is out, so the counts lead the tokens.
 
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
     buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
@@ -171,7 +173,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     slot = epoch & 1
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
     if pid < n_count + n_send:
-        ack_local = tl.load(ack_ptrs + rank).to(tl.pointer_type(tl.int64))
+        ack_local = symmetric_base(ack_ptrs, rank, tl.int64)
         sync.wait_acks(ack_local, epoch, n_consumers, timeout_ns, err_addr, sync.WAIT_DISPATCH_SLOT,
                        WORLD, W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
@@ -179,6 +181,10 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
             _count_role(pid, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, rank, slot, epoch,
                         n_count, tokens_max, WORLD, E_LOCAL, TOP_K, PAIR_BLOCK)
         else:
+            if COUNTS_FIRST:
+                sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
+                sync.wait_words(sig_local + slot * WORLD + rank, 1, 1, epoch, timeout_ns, err_addr,
+                                sync.WAIT_COUNTS, epoch, 1, 1, 1, False)
             _send_role(pid - n_count, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot,
                        epoch, n_send, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
                        CB, LIKE)
@@ -187,8 +193,8 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
             sync.publish_record(state_ptr, n_writers, sig_ptrs, slot, rank, epoch, WORLD)
     else:
         j = pid - n_count - n_send
-        sig_local = tl.load(sig_ptrs + rank).to(tl.pointer_type(tl.int64))
-        count_local = tl.load(count_ptrs + rank).to(tl.pointer_type(tl.int64))
+        sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
+        count_local = symmetric_base(count_ptrs, rank, tl.int64)
         if RECORDS:
             sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr,
                              sync.WAIT_TOKENS if LIKE else sync.WAIT_COUNTS, WORLD, W_BLOCK)
@@ -197,14 +203,13 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
             _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL, W_BLOCK,
                       L_BLOCK)
         if REPLICATE:
-            stage_local = tl.load(stage_ptrs + rank).to(tl.pointer_type(x_ptr.dtype.element_ty))
-            route_local = tl.load(route_ptrs + rank).to(tl.pointer_type(tl.int64))
+            stage_local = symmetric_base(stage_ptrs, rank, x_ptr.dtype.element_ty)
+            route_local = symmetric_base(route_ptrs, rank, tl.int64)
             i = j
             while i < WORLD * tokens_max:
                 _receive_rows(i, stage_local, route_local, count_local, base_ptr, out_ptr, out_w_ptr,
                               rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr,
-                              WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, MODE,
-                              LIKE)
+                              WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, CB, LIKE)
                 i += n_recv
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         if FINAL:

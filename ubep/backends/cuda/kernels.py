@@ -13,6 +13,14 @@ INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET") == "1")
 
 
 @triton.jit
+def symmetric_base(table_ptr, i, dtype: tl.constexpr):
+    """Entry ``i`` of a ``[W]`` table of symmetric-buffer base addresses, as a pointer to ``dtype``.
+    Triton knows nothing of an address loaded from memory; saying that the allocation is 16-byte
+    aligned lets row copies use 16-byte accesses, which ``tff`` needs (``wire``) and NVLink rewards."""
+    return tl.multiple_of(tl.load(table_ptr + i).to(tl.pointer_type(dtype)), 16)
+
+
+@triton.jit
 def lane(vec, ks, k: tl.constexpr):
     """The ``k``-th entry of a ``[K_BLOCK]`` vector (``ks = tl.arange(0, K_BLOCK)``), as a scalar."""
     return tl.sum(tl.where(ks == k, vec, 0), 0)

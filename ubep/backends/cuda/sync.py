@@ -31,7 +31,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ubep.backends.cuda.kernels import INTERPRETED
+from ubep.backends.cuda.kernels import INTERPRETED, symmetric_base
 
 MAX_PROGRAMS = 1024  # epoch words per buffer set: the largest grid of one launch
 STATE_WORDS = MAX_PROGRAMS + 1  # the epoch words, then the writers' counter
@@ -159,7 +159,7 @@ def publish_record(state_ptr, num_writers, sig_ptrs, slot, rank, epoch, WORLD: t
     if tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu") == num_writers - 1:
         tl.store(counter_ptr, 0)
         for peer in tl.static_range(WORLD):
-            sig = tl.load(sig_ptrs + peer).to(tl.pointer_type(tl.int64))
+            sig = symmetric_base(sig_ptrs, peer, tl.int64)
             tl.atomic_xchg(sig + slot * WORLD + rank, epoch, sem="release", scope="sys")
 
 
@@ -168,5 +168,5 @@ def publish_ack(ack_ptrs, rank, WORLD: tl.constexpr):
     """A consuming program has finished reading its call: count it in ``ack[rank]`` on every peer."""
     tl.debug_barrier()  # the program's loads of the slot precede the releases below
     for peer in tl.static_range(WORLD):
-        ack = tl.load(ack_ptrs + peer).to(tl.pointer_type(tl.int64))
+        ack = symmetric_base(ack_ptrs, peer, tl.int64)
         tl.atomic_add(ack + rank, 1, sem="release", scope="sys")

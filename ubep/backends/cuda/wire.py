@@ -10,6 +10,9 @@ A row of ``HIDDEN`` elements of ``ES`` bytes is cut into ``NB`` blocks of ``BE``
   store instruction (16 bytes per thread): blocks of at most 128 B stored by one warp instruction
   were never seen torn over NVLink, 256 B ones were (``benchmarks/probe_store_atomicity.py``), and
   the GPU stress test (2000 calls per layout, random delays) saw no torn block in this layout.
+  Blocks stored by another SM of the same GPU were never seen torn either, at any size measured.
+  The reader checks the flags inside the values it loaded (``take_tile``), never a flag then the
+  payload in a second load, which the GPU may serve from before the flag.
 - ``sw`` (``FE = 0``): plain rows; a batch has arrived when its record does (``ubep.backends.cuda.sync``).
 
 Example: 7168 bf16 elements, ``tff`` with 128-byte blocks: ``BE = 64``, ``FE = 4``, ``PE = 60``,
@@ -85,35 +88,29 @@ def copy_row(src_ptr, wire_ptr, epoch, HIDDEN: tl.constexpr, BE: tl.constexpr, F
 
 
 @triton.jit
-def not_arrived(wire_ptr, epoch, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-                NB_BLOCK: tl.constexpr):
-    """``tff``: whether some block's flag at ``wire_ptr`` does not hold ``epoch`` yet (volatile
-    loads)."""
-    flags_ptr = wire_ptr.to(tl.pointer_type(tl.int64))
-    b = tl.arange(0, NB_BLOCK)
-    stride: tl.constexpr = BE * wire_ptr.dtype.element_ty.primitive_bitwidth // 64
-    flags = tl.load(flags_ptr + b * stride, mask=b < NB, other=0, volatile=True)
-    return tl.sum(((flags != epoch) & (b < NB)).to(tl.int32), 0) > 0
+def take_tile(wire_ptr, c, epoch, deadline, err_addr, code, peer, HIDDEN: tl.constexpr,
+              BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr):
+    """Chunk ``c`` of a row that has arrived or is arriving: ``(values [CB, BE], payload offsets,
+    is_payload)``; flag lanes hold flags (store ``values`` under ``is_payload``).
 
-
-@triton.jit
-def wait_row(wire_ptr, epoch, timeout_ns, err_addr, code, peer, BE: tl.constexpr, FE: tl.constexpr,
-             NB: tl.constexpr, NB_BLOCK: tl.constexpr):
-    """``tff``: spin until the row at ``wire_ptr`` has arrived for ``epoch``, bounded by
-    ``timeout_ns`` (reported through the host error word)."""
-    deadline = now_ns() + timeout_ns
-    pending = not_arrived(wire_ptr, epoch, BE, FE, NB, NB_BLOCK)
-    while pending & (now_ns() < deadline):
-        pending = not_arrived(wire_ptr, epoch, BE, FE, NB, NB_BLOCK)
-    if pending:
-        report(err_addr, code, peer, epoch)
-
-
-@triton.jit
-def load_tile(wire_ptr, c, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
-              NB: tl.constexpr, CB: tl.constexpr):
-    """Chunk ``c`` of an arrived wire row: ``(values [CB, BE], payload offsets, is_payload)``; the
-    loads bypass L1, which may hold lines from before the peer wrote."""
-    w_off, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB)
-    values = tl.load(wire_ptr + w_off, mask=is_payload, other=0, cache_modifier=".cg")
+    ``tff``: the chunk is loaded until every block's flag *in the loaded values* holds ``epoch``, so
+    each block's flag and payload come from one load instruction (16 bytes per thread, a warp per
+    128-byte block); a separate flag poll followed by a payload load would need an acquire
+    between the two. A wait past ``deadline`` (``%globaltimer`` ns) is reported through the host
+    error word, naming ``peer``. ``sw``: one load (the record said the rows have landed). The loads
+    bypass L1, which may hold lines from before the peer wrote."""
+    w_off, p_off, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB)
+    in_row = w_off < NB * BE
+    if FE > 0:
+        dt: tl.constexpr = wire_ptr.dtype.element_ty
+        want = flag_bits(epoch, BE, FE, dt.primitive_bitwidth).to(dt)
+        values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
+        pending = tl.sum(tl.sum((is_flag & (values != want)).to(tl.int32), 1), 0) > 0
+        while pending & (now_ns() < deadline):
+            values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
+            pending = tl.sum(tl.sum((is_flag & (values != want)).to(tl.int32), 1), 0) > 0
+        if pending:
+            report(err_addr, code, peer, epoch)
+    else:
+        values = tl.load(wire_ptr + w_off, mask=in_row, other=0, cache_modifier=".cg")
     return values, p_off, is_payload
