@@ -1,4 +1,5 @@
-"""Does a data block written to a peer GPU over NVLink ever show its flag before its payload?
+"""Does a data block written over NVLink, or by another SM of the same GPU, ever show its flag before
+its payload?
 
 Token-flag fusion (``ubep.protocol``, mode ``tff``) lets a receiver trust a block's payload as soon as
 the block's flag shows the current epoch; that holds only if the writes of one block are never seen
@@ -9,7 +10,8 @@ nothing for wider blocks, so this probe measures what the hardware does:
   of a block holding the iteration number, with ``vec``-byte vector stores (one thread per ``vec``
   bytes, one warp per data block, so each iteration of a block is one store instruction);
 - rank 1 polls its copy at the same time: one thread reads a block's flag word (the first), then the
-  block's threads read every payload word; a payload word older than the flag is a *violation*.
+  block's threads read every payload word; a payload word older than the flag is a *violation*;
+- then the same with the writer on rank 1 itself (another stream), as for a rank's rows to itself.
 
     PYTHONPATH=. python3 benchmarks/probe_store_atomicity.py          # on 2 GPUs, e.g. nvidia-h200-x2
 
@@ -129,22 +131,27 @@ def probe_rank(rank: int, world: int) -> list[dict]:
     max_bytes = max(b for b, _ in CONFIGS)
     buf = symm_mem.empty(NUM_BLOCKS * max_bytes // 4, dtype=torch.int32, device=dev)
     handle = symm_mem.rendezvous(buf, dist.group.WORLD.group_name)
+    side = torch.cuda.Stream()
     rows = []
-    for block_bytes, vec in CONFIGS:
-        buf.zero_()
-        counters = torch.zeros(2, dtype=torch.int64, device=dev)
-        torch.cuda.synchronize()
-        dist.barrier()
-        if rank == 0:
-            ext.launch_writer(handle.buffer_ptrs[1], block_bytes, vec, NUM_BLOCKS, ITERS)
-        else:
-            ext.launch_reader(buf, block_bytes, NUM_BLOCKS, POLLS, counters)
-        torch.cuda.synchronize()
-        dist.barrier()
-        if rank == 1:
-            seen, bad = counters.tolist()
-            rows.append({"block_bytes": block_bytes, "store_bytes": vec, "new_flags_seen": seen,
-                         "violations": bad})
+    for path in ("NVLink", "local"):
+        for block_bytes, vec in CONFIGS:
+            buf.zero_()
+            counters = torch.zeros(2, dtype=torch.int64, device=dev)
+            torch.cuda.synchronize()
+            dist.barrier()
+            if rank == 1:
+                ext.launch_reader(buf, block_bytes, NUM_BLOCKS, POLLS, counters)
+                if path == "local":  # a concurrent writer on this GPU, on another stream
+                    with torch.cuda.stream(side):
+                        ext.launch_writer(buf.data_ptr(), block_bytes, vec, NUM_BLOCKS, ITERS)
+            elif path == "NVLink":
+                ext.launch_writer(handle.buffer_ptrs[1], block_bytes, vec, NUM_BLOCKS, ITERS)
+            torch.cuda.synchronize()
+            dist.barrier()
+            if rank == 1:
+                seen, bad = counters.tolist()
+                rows.append({"path": path, "block_bytes": block_bytes, "store_bytes": vec,
+                             "new_flags_seen": seen, "violations": bad})
     return rows
 
 
@@ -155,10 +162,10 @@ def main() -> int:
     rows = run_ranks(probe_rank, 2, pg_backend="nccl", timeout_s=900)[1]
     print(f"{NUM_BLOCKS} blocks, {ITERS} writes each, {POLLS} polls each; "
           f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}")
-    print("| block bytes | store bytes | new flags seen | payload older than flag |")
-    print("|---|---|---|---|")
+    print("| writer | block bytes | store bytes | new flags seen | payload older than flag |")
+    print("|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['block_bytes']} | {r['store_bytes']} | {r['new_flags_seen']} | "
+        print(f"| {r['path']} | {r['block_bytes']} | {r['store_bytes']} | {r['new_flags_seen']} | "
               f"{r['violations']} |")
     return 0
 

@@ -45,6 +45,17 @@ class WireStats:
     def total_bytes(self) -> int:
         return self.token_bytes + self.route_bytes + self.count_bytes
 
+    @classmethod
+    def of(cls, tokens_sent: int, pairs_sent: int, *, hidden: int, itemsize: int, top_k: int,
+           world: int, num_experts: int) -> "WireStats":
+        """The bytes of a dispatch that sends ``tokens_sent`` tokens (``pairs_sent`` pairs) to other
+        ranks: token rows, a route entry (row, weight) per pair slot, a count matrix to each peer."""
+        return cls(tokens_sent=tokens_sent, pairs_sent=pairs_sent,
+                   token_bytes=tokens_sent * hidden * itemsize,
+                   naive_token_bytes=pairs_sent * hidden * itemsize,
+                   route_bytes=tokens_sent * 2 * top_k * 4,
+                   count_bytes=(world - 1) * (num_experts + world) * 8)
+
 
 @dataclass(frozen=True, eq=False)
 class Handle:

@@ -141,17 +141,10 @@ class ReferenceBackend(Backend):
             row_weights = torch.zeros(num_rows, dtype=torch.float32, device=x_TH.device)
             row_weights[recv_rows[valid_NK]] = recv_pair_weights[valid_NK]
             return_slots = layout.return_slots(topk_idx_TK, cfg.num_local_experts, world)
-        itemsize = x_TH.element_size()
-        remote_tokens = sum(send_counts) - send_counts[rank]
-        remote_pairs = sum(return_counts) - return_counts[rank]
-        wire = WireStats(
-            tokens_sent=remote_tokens,
-            pairs_sent=remote_pairs,
-            token_bytes=remote_tokens * cfg.hidden * itemsize,
-            naive_token_bytes=remote_pairs * cfg.hidden * itemsize,
-            route_bytes=remote_tokens * 2 * top_k * 4,
-            count_bytes=(world - 1) * (cfg.num_experts + world) * 8,
-        )
+        wire = WireStats.of(sum(send_counts) - send_counts[rank],
+                            sum(return_counts) - return_counts[rank], hidden=cfg.hidden,
+                            itemsize=x_TH.element_size(), top_k=top_k, world=world,
+                            num_experts=cfg.num_experts)
         routes = Routes(send_token_idx, send_counts, return_slots, return_counts, recv_counts,
                         recv_rows, recv_pair_weights, recv_pair_counts)
         return Handle(cfg, x_TH.shape[0], topk_weights_TK, row_weights, tokens_per_expert, num_rows,
