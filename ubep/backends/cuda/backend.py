@@ -105,7 +105,10 @@ class CudaBackend(Backend):
         # Written by timed-out waits, read by the host without a sync: pinned, device-addressable.
         self.errors = torch.zeros(3, dtype=i64, pin_memory=device.type == "cuda")
         self.timeout_ns = int(cfg.timeout_s * 1e9)
-        self.k_block = triton.next_power_of_2(max(k, w))
+        # Lanes of the per-token pair vectors. At least 2: with one lane (W = 1, K = 1) the tff
+        # combine summed nothing for 16-bit rows on an H200 (y all zeros, measured; the same code in
+        # Triton's interpreter, with two lanes, or in sw was right). Not root-caused.
+        self.k_block = triton.next_power_of_2(max(k, w, 2))
         # Receiving programs of every call's final launch: a constant, so acks count calls.
         self.consumers = min(w * tm, MAX_RECV)
         self.last_launches: dict[str, LaunchStamps] = {}  # per op, with profiling on
