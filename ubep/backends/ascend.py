@@ -6,11 +6,12 @@ AIVs, split by the op's host tiling; Data-as-Flag rows into peer windows, the ho
 on the handle's routing; ``return_pair_values`` is the combine kernel in its ``pairs`` mode (one fp32 per
 row back to its ``(t, k)`` slot).
 
-Every die owns a window that all dies write into (docs/ASCEND.md). Here, on the CPU twin, a rank
-process is a die and its window is a file in ``/dev/shm`` that every rank maps; the file name comes
-from an id rank 0 broadcasts, and each file is unlinked once every rank has mapped it. On an NPU the
-windows would be peer-mapped HBM (HCCL windows or Ascend SHMEM); that allocation is not written yet,
-so this backend runs on CPU tensors only.
+Every die owns a window that all dies write into (docs/ASCEND.md); the kernels find every die's window
+in the HCCL context of the op's group, as MC2 kernels do. Here, on the CPU twin, a rank process is a die
+and its window is a file in ``/dev/shm`` that every rank maps; the file name comes from an id rank 0
+broadcasts, each file is unlinked once every rank has mapped it, and each launch builds the twin's HCCL
+group over the mappings. The NPU path (HCCL's own windows) is not written yet, so this backend runs on
+CPU tensors only.
 
 Calls are numbered (epochs 1, 2, 3, ... on every rank); call ``e`` uses window slot ``e & 1``. A rank
 whose peers do not arrive raises :class:`EPCommError` naming its rank and the phase after
@@ -84,7 +85,8 @@ class Routes:
 
 
 class _SharedWindows:
-    """One ``/dev/shm`` window per rank, mapped by every rank: ``tensors[r]`` is rank r's, uint8."""
+    """One ``/dev/shm`` window per rank, mapped by every rank: ``tensors[r]`` is rank r's, uint8; ``group``
+    names the twin's HCCL group over them."""
 
     def __init__(self, cfg: EPConfig, group: dist.ProcessGroup | None):
         sync = cfg.sync
@@ -92,7 +94,8 @@ class _SharedWindows:
                                                     cfg.max_tokens_per_rank, cfg.dtype, sync)
         token = [secrets.token_hex(8) if cfg.rank == 0 else None]
         dist.broadcast_object_list(token, src=dist.get_global_rank(group, 0) if group else 0, group=group)
-        paths = [f"/dev/shm/ubep-{token[0]}-{r}" for r in range(cfg.world_size)]
+        self.group = f"ubep-{token[0]}"
+        paths = [f"/dev/shm/{self.group}-{r}" for r in range(cfg.world_size)]
         fd = os.open(paths[cfg.rank], os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             os.ftruncate(fd, nbytes)
@@ -150,9 +153,10 @@ class AscendBackend(Backend):
     def _dispatch_op(self, x_TH, topk_idx_TK, topk_weights_TK):
         cfg = self.config
         return self._call(torch.ops.ubep_ascend.dispatch, x_TH.contiguous(), topk_idx_TK.long().contiguous(),
-                          topk_weights_TK.detach().float().contiguous(), self.windows.tensors, cfg.rank,
-                          cfg.num_experts, cfg.max_tokens_per_rank, cfg.layout == "padded", cfg.sync,
-                          self._next_epoch(), TWIN_AIVS, cfg.timeout_s)
+                          topk_weights_TK.detach().float().contiguous(), self.windows.tensors,
+                          self.windows.group, cfg.world_size, cfg.rank, cfg.num_experts,
+                          cfg.max_tokens_per_rank, cfg.layout == "padded", cfg.sync, self._next_epoch(),
+                          TWIN_AIVS, cfg.timeout_s)
 
     def dispatch(self, x_TH, topk_idx_TK, topk_weights_TK):
         cfg = self.config
@@ -175,8 +179,9 @@ class AscendBackend(Backend):
         cfg, r = self.config, handle.routes
         return self._call(torch.ops.ubep_ascend.combine, rows.contiguous(), r.topk_idx, r.topk_weights,
                           r.recv_rows, r.recv_pair_weights, r.recv_pair_base, r.recv_counts,
-                          self.windows.tensors, cfg.rank, cfg.num_experts, cfg.hidden, cfg.dtype, reduce,
-                          weighted, cfg.sync, self._next_epoch(), TWIN_AIVS, cfg.timeout_s)
+                          self.windows.tensors, self.windows.group, cfg.world_size, cfg.rank, cfg.num_experts,
+                          cfg.hidden, cfg.dtype, reduce, weighted, cfg.sync, self._next_epoch(), TWIN_AIVS,
+                          cfg.timeout_s)
 
     def combine(self, expert_out, handle, reduce, weighted):
         with self.timer.phase("combine: kernel"):
