@@ -52,6 +52,13 @@ int64_t WindowBytesOp(int64_t world, int64_t hidden, int64_t num_experts, int64_
   return WindowBytes(world, hidden, num_experts, top_k, max_tokens, dtype, std::string(sync));
 }
 
+std::string HcclWindowProblemOp(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k,
+                                int64_t max_tokens, at::ScalarType dtype, std::string_view sync,
+                                std::optional<std::string_view> hccl_buffsize) {
+  return HcclWindowProblem(world, hidden, num_experts, top_k, max_tokens, dtype, std::string(sync),
+                           hccl_buffsize ? std::optional<std::string>(std::string(*hccl_buffsize)) : std::nullopt);
+}
+
 }  // namespace
 }  // namespace ubep_ascend
 
@@ -59,6 +66,9 @@ TORCH_LIBRARY(ubep_ascend, m) {
   m.def("window_bytes(int world, int hidden, int num_experts, int top_k, int max_tokens, ScalarType dtype, "
         "str sync) -> int",
         &ubep_ascend::WindowBytesOp);
+  m.def("hccl_window_problem(int world, int hidden, int num_experts, int top_k, int max_tokens, "
+        "ScalarType dtype, str sync, str? hccl_buffsize) -> str",
+        &ubep_ascend::HcclWindowProblemOp);
   m.def("worker_split(int world, int hidden, int num_experts, int top_k, int max_tokens, ScalarType dtype, "
         "int n_workers) -> (int n_count, int n_token)",
         &ubep_ascend::WorkerSplitOp);

@@ -10,9 +10,11 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <optional>
 #include <string>
 #include <tuple>
 
+#include "hccl_buffer.h"
 #include "tiling.h"
 #ifdef UBEP_CPU_TWIN
 #include "kernel_operator.h"  // the twin's lock table size
@@ -173,6 +175,15 @@ inline int64_t WindowBytes(int64_t world, int64_t hidden, int64_t num_experts, i
 #else
   return bytes;
 #endif
+}
+
+// "" if HCCL's window (HCCL_BUFFSIZE MB; hccl_buffsize: the variable's value, absent when unset)
+// holds the layer's window, else what to set.
+inline std::string HcclWindowProblem(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k,
+                                     int64_t max_tokens, at::ScalarType dtype, const std::string& sync,
+                                     const std::optional<std::string>& hccl_buffsize) {
+  const EpTiling t = MakeTiling(world, 0, hidden, num_experts, top_k, max_tokens, RowDtypeOf(dtype), sync);
+  return HcclBufferProblem(t.window_bytes, hccl_buffsize ? hccl_buffsize->c_str() : nullptr);
 }
 
 }  // namespace ubep_ascend
