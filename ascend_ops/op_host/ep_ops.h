@@ -169,7 +169,8 @@ inline std::tuple<int64_t, int64_t> WorkerSplit(int64_t world, int64_t hidden, i
 // Bytes of one die's window (on the twin with the lock table that follows it).
 inline int64_t WindowBytes(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens,
                            at::ScalarType dtype, const std::string& sync) {
-  const int64_t bytes = MakeTiling(world, 0, hidden, num_experts, top_k, max_tokens, RowDtypeOf(dtype), sync).window_bytes;
+  const int64_t bytes =
+      MakeTiling(world, 0, hidden, num_experts, top_k, max_tokens, RowDtypeOf(dtype), sync).window_bytes;
 #ifdef UBEP_CPU_TWIN
   return bytes + AscendC::twin::lock_table_bytes(bytes);  // the twin's per-transaction locks
 #else

@@ -1,6 +1,7 @@
 // Tiling of the EP kernels: the layer shape, the call, the worker groups and the byte layout of
-// every die's window and of the kernel's workspace (the op's zeroed `scratch` output). op_host/tiling.h fills it; the kernels only
-// read it. Plain int64 fields, so the struct is the same bytes on the host and on the AIV.
+// every die's window and of the kernel's workspace (the op's zeroed `scratch` output).
+// op_host/tiling.h fills it; the kernels only read it. Plain int64 fields, so the struct is the same
+// bytes on the host and on the AIV.
 //
 // Window of one die (identical geometry on every die), two slots picked by epoch parity:
 //   slot = [count area | dispatch rows | dispatch records | combine rows | combine records |
