@@ -100,13 +100,13 @@ def test_meta_shapes_for_torch_compile():
     x = torch.empty(5, 40, dtype=torch.bfloat16, device=meta)
     idx = torch.empty(5, 3, dtype=torch.int64, device=meta)
     w = torch.empty(5, 3, dtype=torch.float32, device=meta)
-    out = ops.dispatch(x, idx, w, windows, 0, 8, 6, False, "tff", 1, 4, 1.0)
+    out = ops.dispatch(x, idx, w, windows, "g", 2, 0, 8, 6, False, "tff", 1, 4, 1.0)
     assert [tuple(t.shape) for t in out] == [(36, 40), (36,), (4,), (2, 6, 3), (2, 6, 3), (2, 6), (2, 2)]
-    padded = ops.dispatch(x, idx, w, windows, 0, 8, 6, True, "tff", 1, 4, 1.0)
+    padded = ops.dispatch(x, idx, w, windows, "g", 2, 0, 8, 6, True, "tff", 1, 4, 1.0)
     assert tuple(padded[0].shape) == (48, 40)
-    y = ops.combine(out[0], idx, w, *out[3:], windows, 0, 8, 40, torch.bfloat16, "expert_rank", True, "tff",
-                    2, 4, 1.0)
+    y = ops.combine(out[0], idx, w, *out[3:], windows, "g", 2, 0, 8, 40, torch.bfloat16, "expert_rank", True,
+                    "tff", 2, 4, 1.0)
     assert tuple(y.shape) == (5, 40) and y.dtype == torch.bfloat16
-    pairs = ops.combine(out[1], idx, w, *out[3:], windows, 0, 8, 40, torch.bfloat16, "pairs", False, "tff", 3,
-                        4, 1.0)
+    pairs = ops.combine(out[1], idx, w, *out[3:], windows, "g", 2, 0, 8, 40, torch.bfloat16, "pairs", False,
+                        "tff", 3, 4, 1.0)
     assert tuple(pairs.shape) == (5, 3)

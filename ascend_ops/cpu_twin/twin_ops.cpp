@@ -1,77 +1,92 @@
 // The CPU implementation of torch.ops.ubep_ascend: the Ascend C kernels compiled by g++ against the
 // twin (cpu_twin/include/kernel_operator.h) and launched with one thread per AIV. Each rank
-// process is one die; the windows are shared mappings every die process maps.
+// process is one die; the windows are shared mappings every die process maps, and each launch
+// builds the twin's HCCL group over them (hccl_group.h) so that the kernels find them as they do
+// on an NPU, through GetHcclContext.
 #include <torch/library.h>
 
+#include <cstring>
+#include <vector>
+
+#include "ep_op_tiling.h"
 #include "ep_ops.h"
+#include "hccl_group.h"
 #include "kernel_operator.h"
 
-extern "C" void ubep_dispatch(GM_ADDR x, GM_ADDR topk_idx, GM_ADDR topk_weights, GM_ADDR windows, GM_ADDR recv_x,
+extern "C" void ubep_dispatch(GM_ADDR x, GM_ADDR topk_idx, GM_ADDR topk_weights, GM_ADDR recv_x,
                               GM_ADDR recv_weights, GM_ADDR tokens_per_expert, GM_ADDR recv_rows,
                               GM_ADDR recv_pair_weights, GM_ADDR recv_pair_base, GM_ADDR recv_counts,
-                              GM_ADDR workspace, GM_ADDR tiling);
+                              GM_ADDR scratch, GM_ADDR workspace, GM_ADDR tiling);
 extern "C" void ubep_combine(GM_ADDR rows, GM_ADDR topk_idx, GM_ADDR topk_weights, GM_ADDR recv_rows,
-                             GM_ADDR recv_pair_weights, GM_ADDR recv_pair_base, GM_ADDR recv_counts,
-                             GM_ADDR windows, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling, int64_t dtype_code);
+                             GM_ADDR recv_pair_weights, GM_ADDR recv_pair_base, GM_ADDR recv_counts, GM_ADDR y,
+                             GM_ADDR scratch, GM_ADDR workspace, GM_ADDR tiling);
 
 namespace ubep_ascend {
 namespace {
 
 GM_ADDR Gm(const at::Tensor& t) { return static_cast<GM_ADDR>(t.data_ptr()); }
 
-// Registers the call's windows (addresses in `table`, sizes from the tiling) for the launch.
-struct SharedWindows {
-  SharedWindows(const at::Tensor& table, const at::Tensor& tiling) {
-    const auto* t = reinterpret_cast<const EpTiling*>(tiling.data_ptr());
-    const auto* addr = table.data_ptr<int64_t>();
-    for (int64_t r = 0; r < t->world; ++r) {
-      AscendC::twin::shared_regions.push_back({reinterpret_cast<uint8_t*>(addr[r]), t->window_bytes});
-    }
+// The op's tiling data as the kernel receives it; HCCL's part stays zero (the twin reads none of it).
+at::Tensor OpTiling(const EpTiling& t) {
+  at::Tensor bytes = at::zeros({static_cast<int64_t>(sizeof(EpOpTiling))}, at::kByte);
+  EpOpTiling op{};
+  op.ep = t;
+  std::memcpy(bytes.data_ptr(), &op, sizeof(EpOpTiling));
+  return bytes;
+}
+
+// The dies' window bases, checked against the layer's window size.
+std::vector<uint8_t*> WindowBases(at::TensorList windows, const EpTiling& t) {
+  TORCH_CHECK(static_cast<int64_t>(windows.size()) == t.world, "ubep_ascend: on the CPU twin windows must have ",
+              t.world, " tensors (one per rank), got ", windows.size());
+  std::vector<uint8_t*> bases;
+  for (int64_t r = 0; r < t.world; ++r) {
+    const at::Tensor& w = windows[r];
+    TORCH_CHECK(w.device().is_cpu() && w.scalar_type() == at::kByte && w.is_contiguous() &&
+                    w.numel() >= t.window_bytes + AscendC::twin::lock_table_bytes(t.window_bytes),
+                "ubep_ascend: windows[", r, "] must be a contiguous uint8 CPU tensor of window_bytes(...)");
+    bases.push_back(static_cast<uint8_t*>(w.data_ptr()));
   }
-  ~SharedWindows() { AscendC::twin::shared_regions.clear(); }
-};
+  return bases;
+}
 
 struct TwinLaunch {
-  static void Dispatch(int64_t blocks, const at::Tensor& x, const at::Tensor& idx, const at::Tensor& w,
-                       const at::Tensor& table, const at::Tensor& recv_x, const at::Tensor& recv_w,
-                       const at::Tensor& tpe, const at::Tensor& recv_rows, const at::Tensor& pair_w,
-                       const at::Tensor& pair_base, const at::Tensor& counts, const at::Tensor& ws,
-                       const at::Tensor& tiling) {
-    SharedWindows shared(table, tiling);
-    AscendC::twin::launch(blocks, [&] {
-      ubep_dispatch(Gm(x), Gm(idx), Gm(w), Gm(table), Gm(recv_x), Gm(recv_w), Gm(tpe), Gm(recv_rows), Gm(pair_w),
-                    Gm(pair_base), Gm(counts), Gm(ws), Gm(tiling));
+  static void Dispatch(const DispatchArgs& a, at::TensorList windows, const EpTiling& t) {
+    TwinHcclGroup group(a.group, t.rank, WindowBases(windows, t), t.window_bytes);
+    const at::Tensor tiling = OpTiling(t);
+    AscendC::twin::launch(a.call.n_workers, [&] {
+      ubep_dispatch(Gm(a.x), Gm(a.topk_idx), Gm(a.topk_weights), Gm(a.recv_x), Gm(a.recv_weights),
+                    Gm(a.tokens_per_expert), Gm(a.recv_rows), Gm(a.recv_pair_weights), Gm(a.recv_pair_base),
+                    Gm(a.recv_counts), Gm(a.scratch), nullptr, Gm(tiling));
     });
   }
-  static void Combine(int64_t blocks, const at::Tensor& rows, const at::Tensor& idx, const at::Tensor& w,
-                      const at::Tensor& recv_rows, const at::Tensor& pair_w, const at::Tensor& pair_base,
-                      const at::Tensor& counts, const at::Tensor& table, const at::Tensor& y, const at::Tensor& ws,
-                      const at::Tensor& tiling, int64_t dtype_code) {
-    SharedWindows shared(table, tiling);
-    AscendC::twin::launch(blocks, [&] {
-      ubep_combine(Gm(rows), Gm(idx), Gm(w), Gm(recv_rows), Gm(pair_w), Gm(pair_base), Gm(counts), Gm(table),
-                   Gm(y), Gm(ws), Gm(tiling), dtype_code);
+  static void Combine(const CombineArgs& a, at::TensorList windows, const EpTiling& t) {
+    TwinHcclGroup group(a.group, t.rank, WindowBases(windows, t), t.window_bytes);
+    const at::Tensor tiling = OpTiling(t);
+    AscendC::twin::launch(a.call.n_workers, [&] {
+      ubep_combine(Gm(a.rows), Gm(a.topk_idx), Gm(a.topk_weights), Gm(a.recv_rows), Gm(a.recv_pair_weights),
+                   Gm(a.recv_pair_base), Gm(a.recv_counts), Gm(a.y), Gm(a.scratch), nullptr, Gm(tiling));
     });
   }
 };
 
 auto DispatchCpu(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
-                 at::TensorList windows, int64_t rank, int64_t num_experts, int64_t max_tokens, bool padded,
-                 std::string_view sync, int64_t epoch, int64_t n_workers, double timeout_s) {
-  return ubep_ascend::Dispatch<TwinLaunch>(x, topk_idx, topk_weights, windows, rank, num_experts, max_tokens,
-                                           padded, std::string(sync), epoch, n_workers, timeout_s);
+                 at::TensorList windows, std::string_view group, int64_t world, int64_t rank, int64_t num_experts,
+                 int64_t max_tokens, bool padded, std::string_view sync, int64_t epoch, int64_t n_workers,
+                 double timeout_s) {
+  return Dispatch<TwinLaunch>(x, topk_idx, topk_weights, windows, std::string(group), world, rank, num_experts,
+                              max_tokens, padded, std::string(sync), epoch, n_workers, timeout_s);
 }
 
 at::Tensor CombineCpu(const at::Tensor& rows, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
                       const at::Tensor& recv_rows, const at::Tensor& recv_pair_weights,
                       const at::Tensor& recv_pair_base, const at::Tensor& recv_counts, at::TensorList windows,
-                      int64_t rank, int64_t num_experts, int64_t hidden, at::ScalarType dtype,
-                      std::string_view reduce, bool weighted, std::string_view sync, int64_t epoch,
-                      int64_t n_workers, double timeout_s) {
-  return ubep_ascend::Combine<TwinLaunch>(rows, topk_idx, topk_weights, recv_rows, recv_pair_weights,
-                                          recv_pair_base, recv_counts, windows, rank, num_experts, hidden, dtype,
-                                          std::string(reduce), weighted, std::string(sync), epoch, n_workers,
-                                          timeout_s);
+                      std::string_view group, int64_t world, int64_t rank, int64_t num_experts, int64_t hidden,
+                      at::ScalarType dtype, std::string_view reduce, bool weighted, std::string_view sync,
+                      int64_t epoch, int64_t n_workers, double timeout_s) {
+  return Combine<TwinLaunch>(rows, topk_idx, topk_weights, recv_rows, recv_pair_weights, recv_pair_base,
+                             recv_counts, windows, std::string(group), world, rank, num_experts, hidden, dtype,
+                             std::string(reduce), weighted, std::string(sync), epoch, n_workers, timeout_s);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Host tiling: the byte layout of the windows and workspaces (EpTiling) for a layer shape, the
-// dispatch's worker split (split.h), the sp sentinels, and the message for a kernel that gave up
-// waiting. Plain C++, no torch.
+// tiling of a dispatch or combine call (the torch ops and the CANN ops' tiling functions both use
+// DispatchTiling / CombineTiling), the dispatch's worker split (split.h), the sp sentinels, and the
+// message for a kernel that gave up waiting. Plain C++, no torch.
 //
 // Example: W = 2, H = 40 bf16, E = 8, K = 2, T_max = 4: a dispatch row is 80 token bytes + 28
 // route bytes -> 112 bytes (56 elements), one 512-byte block in sw/dc/sp and tff alike; a count
@@ -33,14 +34,17 @@ inline int64_t Sentinel(int64_t elem_bytes, bool bf16) {
   return bf16 ? 0xFFA5 : 0xFDA5;
 }
 
+inline int64_t ElemBytes(RowDtype d) { return d == ROW_FP32 ? 4 : 2; }
+
 // Geometry and workspace of a layer; the per-call fields (num_tokens, epoch, reduce, groups,
 // timeout) are left for the op to fill.
 inline EpTiling MakeTiling(int64_t world, int64_t rank, int64_t hidden, int64_t num_experts, int64_t top_k,
-                           int64_t max_tokens, int64_t elem_bytes, bool bf16, const std::string& sync) {
+                           int64_t max_tokens, RowDtype dtype, const std::string& sync) {
   if (world < 1 || rank < 0 || rank >= world || hidden < 1 || top_k < 1 || max_tokens < 1 ||
-      num_experts % world || (elem_bytes != 2 && elem_bytes != 4)) {
+      num_experts % world || dtype < ROW_FP32 || dtype > ROW_BF16) {
     throw std::invalid_argument("ubep_ascend: inconsistent layer shape");
   }
+  const int64_t elem_bytes = ElemBytes(dtype);
   EpTiling t{};
   t.world = world;
   t.rank = rank;
@@ -51,7 +55,7 @@ inline EpTiling MakeTiling(int64_t world, int64_t rank, int64_t hidden, int64_t 
   t.max_tokens = max_tokens;
   t.elem_bytes = elem_bytes;
   t.mode = static_cast<int64_t>(ModeOf(sync));
-  t.sentinel = Sentinel(elem_bytes, bf16);
+  t.sentinel = Sentinel(elem_bytes, dtype == ROW_BF16);
   t.sentinel_f32 = Sentinel(4, false);
   t.route_bytes = 4 + 12 * top_k;
   t.disp_hidden = RoundUp(hidden * elem_bytes + t.route_bytes, 16) / elem_bytes;
@@ -85,6 +89,62 @@ inline EpTiling MakeTiling(int64_t world, int64_t rank, int64_t hidden, int64_t 
 inline Split LayerSplit(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens,
                         int64_t elem_bytes, int64_t n_workers) {
   return BestSplit(max_tokens, num_experts, top_k, hidden * elem_bytes, n_workers, world);
+}
+
+constexpr double CYCLES_PER_SECOND = 50e6;  // GetSystemCycle rate
+
+// What one dispatch or combine call asks for, as the torch ops' arguments and the CANN ops'
+// attributes carry it.
+struct CallAttrs {
+  int64_t world, rank, num_experts, max_tokens;
+  std::string sync;
+  int64_t epoch, n_workers;
+  double timeout_s;
+};
+
+inline Reduce ReduceOf(const std::string& reduce) {
+  if (reduce == "source") return REDUCE_SOURCE;
+  if (reduce == "expert_rank") return REDUCE_EXPERT_RANK;
+  if (reduce == "pairs") return REDUCE_PAIRS;
+  throw std::invalid_argument("ubep_ascend.combine: reduce must be source, expert_rank or pairs, got '" + reduce +
+                              "'");
+}
+
+// The layer's geometry (MakeTiling) and the fields every call fills.
+inline EpTiling CallTiling(const CallAttrs& c, int64_t hidden, int64_t top_k, RowDtype layer, int64_t num_tokens) {
+  if (c.epoch < 1) throw std::invalid_argument("ubep_ascend: epoch must be >= 1, got " + std::to_string(c.epoch));
+  if (!(c.timeout_s > 0)) throw std::invalid_argument("ubep_ascend: timeout_s must be > 0");
+  if (num_tokens > c.max_tokens) throw std::invalid_argument("ubep_ascend: more tokens than max_tokens");
+  EpTiling t = MakeTiling(c.world, c.rank, hidden, c.num_experts, top_k, c.max_tokens, layer, c.sync);
+  t.epoch = c.epoch;
+  t.timeout_cycles = static_cast<int64_t>(c.timeout_s * CYCLES_PER_SECOND);
+  t.num_tokens = num_tokens;
+  return t;
+}
+
+// A dispatch of num_tokens rows of [hidden] `dtype`, top_k experts each, on n_workers AIVs.
+inline EpTiling DispatchTiling(const CallAttrs& c, bool padded, int64_t hidden, int64_t top_k, RowDtype dtype,
+                               int64_t num_tokens) {
+  if (c.n_workers < 2) {
+    throw std::invalid_argument("ubep_ascend.dispatch: n_workers must be >= 2 (a count and a token group)");
+  }
+  EpTiling t = CallTiling(c, hidden, top_k, dtype, num_tokens);
+  t.capacity = padded ? c.world * c.max_tokens : 0;
+  const Split split = LayerSplit(c.world, hidden, c.num_experts, top_k, c.max_tokens, t.elem_bytes, c.n_workers);
+  t.n_count = split.n_count;
+  t.n_token = split.n_token;
+  return t;
+}
+
+// A combine back to num_tokens tokens of a layer of `layer` rows (PAIRS: fp32 rows).
+inline EpTiling CombineTiling(const CallAttrs& c, int64_t hidden, int64_t top_k, RowDtype layer, int64_t num_tokens,
+                              Reduce reduce, bool weighted) {
+  if (c.n_workers < 1) throw std::invalid_argument("ubep_ascend.combine: n_workers must be >= 1");
+  EpTiling t = CallTiling(c, hidden, top_k, layer, num_tokens);
+  t.reduce = reduce;
+  t.weighted = weighted ? 1 : 0;
+  t.rows_dtype = reduce == REDUCE_PAIRS ? ROW_FP32 : layer;
+  return t;
 }
 
 // What a kernel that gave up was waiting for (status words phase, peer).

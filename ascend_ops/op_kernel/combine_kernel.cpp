@@ -18,6 +18,7 @@
 // dispatch's recv_rows, recv_pair_weights, recv_pair_base, recv_counts. Output y [T, H] (PAIRS:
 // [T, K] fp32).
 #include "ep_common.h"
+#include "ep_op_tiling.h"
 
 namespace ubep_ascend {
 
@@ -27,10 +28,10 @@ template <typename T>
 class CombineKernel {
  public:
   __aicore__ inline void Init(GM_ADDR rows, GM_ADDR topk_idx, GM_ADDR topk_weights, GM_ADDR recv_rows,
-                              GM_ADDR recv_pair_weights, GM_ADDR recv_pair_base, GM_ADDR recv_counts,
-                              GM_ADDR windows, GM_ADDR y, GM_ADDR workspace, const EpTiling* tiling) {
+                              GM_ADDR recv_pair_weights, GM_ADDR recv_pair_base, GM_ADDR recv_counts, GM_ADDR y,
+                              GM_ADDR scratch, const EpTiling* tiling) {
     t_ = tiling;
-    c_.Init(tiling, windows, workspace);
+    c_.Init(tiling, scratch);
     pairs_mode_ = t_->reduce == REDUCE_PAIRS;
     f_ = pairs_mode_ ? pair_format(*t_) : combine_format(*t_);
     area_ = pairs_mode_ ? t_->pair_off : t_->comb_off;
@@ -44,7 +45,7 @@ class CombineKernel {
     pair_w_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(recv_pair_weights));
     pair_base_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(recv_pair_base));
     counts_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(recv_counts));
-    kept_ = workspace + t_->ws_data;  // received rows, [T * max(K, W), H]
+    kept_ = scratch + t_->ws_data;  // received rows, [T * max(K, W), H]
     pipe_.InitBuffer(wire_q_, 1, f_.row_stride());
     pipe_.InitBuffer(row_buf_, (f_.row_bytes() + 31) / 32 * 32);
     pipe_.InitBuffer(acc_buf_, 4 * H_);
@@ -265,31 +266,34 @@ class CombineKernel {
 
 template <typename T>
 __aicore__ inline void RunCombine(GM_ADDR rows, GM_ADDR topk_idx, GM_ADDR topk_weights, GM_ADDR recv_rows,
-                                  GM_ADDR recv_pair_weights, GM_ADDR recv_pair_base, GM_ADDR recv_counts,
-                                  GM_ADDR windows, GM_ADDR y, GM_ADDR workspace, const EpTiling* tiling) {
+                                  GM_ADDR recv_pair_weights, GM_ADDR recv_pair_base, GM_ADDR recv_counts, GM_ADDR y,
+                                  GM_ADDR scratch, const EpTiling* tiling) {
   CombineKernel<T> op;
-  op.Init(rows, topk_idx, topk_weights, recv_rows, recv_pair_weights, recv_pair_base, recv_counts, windows,
-          y, workspace, tiling);
+  op.Init(rows, topk_idx, topk_weights, recv_rows, recv_pair_weights, recv_pair_base, recv_counts, y, scratch,
+          tiling);
   op.Process();
 }
 
 }  // namespace ubep_ascend
 
-// The row dtype picks the instantiation: fp32 (and every PAIRS call), fp16 or bf16.
+// The UbepCombine op's kernel (op_host/mc2/ubep_combine_def.cpp), laid out as ubep_dispatch's; the
+// tiling's rows_dtype picks the instantiation: fp32 (and every PAIRS call), fp16 or bf16.
 extern "C" __global__ __aicore__ void ubep_combine(GM_ADDR rows, GM_ADDR topk_idx, GM_ADDR topk_weights,
                                                    GM_ADDR recv_rows, GM_ADDR recv_pair_weights,
-                                                   GM_ADDR recv_pair_base, GM_ADDR recv_counts,
-                                                   GM_ADDR windows, GM_ADDR y, GM_ADDR workspace,
-                                                   GM_ADDR tiling, int64_t dtype_code) {
-  const auto* t = reinterpret_cast<const ubep_ascend::EpTiling*>(tiling);
-  if (dtype_code == 0 || t->reduce == ubep_ascend::REDUCE_PAIRS) {
+                                                   GM_ADDR recv_pair_base, GM_ADDR recv_counts, GM_ADDR y,
+                                                   GM_ADDR scratch, GM_ADDR, GM_ADDR tiling) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+  REGISTER_TILING_DEFAULT(ubep_ascend::EpOpTiling);
+  GET_TILING_DATA_WITH_STRUCT(ubep_ascend::EpOpTiling, op_tiling, tiling);
+  const ubep_ascend::EpTiling* t = &op_tiling.ep;
+  if (t->rows_dtype == ubep_ascend::ROW_FP32) {
     ubep_ascend::RunCombine<float>(rows, topk_idx, topk_weights, recv_rows, recv_pair_weights, recv_pair_base,
-                                   recv_counts, windows, y, workspace, t);
-  } else if (dtype_code == 1) {
+                                   recv_counts, y, scratch, t);
+  } else if (t->rows_dtype == ubep_ascend::ROW_FP16) {
     ubep_ascend::RunCombine<half>(rows, topk_idx, topk_weights, recv_rows, recv_pair_weights, recv_pair_base,
-                                  recv_counts, windows, y, workspace, t);
+                                  recv_counts, y, scratch, t);
   } else {
     ubep_ascend::RunCombine<bfloat16_t>(rows, topk_idx, topk_weights, recv_rows, recv_pair_weights,
-                                        recv_pair_base, recv_counts, windows, y, workspace, t);
+                                        recv_pair_base, recv_counts, y, scratch, t);
   }
 }

@@ -17,6 +17,7 @@
 // pair not here), recv_pair_weights [W, T_max, K] fp32, recv_pair_base [W, T_max] int32,
 // recv_counts [W, 2] int32 (tokens, pairs from each source).
 #include "ep_common.h"
+#include "ep_op_tiling.h"
 #include "ubep/layout.h"
 #include "ubep/mapping.h"
 
@@ -29,12 +30,12 @@ using namespace AscendC;
 
 class DispatchKernel {
  public:
-  __aicore__ inline void Init(GM_ADDR x, GM_ADDR topk_idx, GM_ADDR topk_weights, GM_ADDR windows,
-                              GM_ADDR recv_x, GM_ADDR recv_weights, GM_ADDR tokens_per_expert,
-                              GM_ADDR recv_rows, GM_ADDR recv_pair_weights, GM_ADDR recv_pair_base,
-                              GM_ADDR recv_counts, GM_ADDR workspace, const EpTiling* tiling) {
+  __aicore__ inline void Init(GM_ADDR x, GM_ADDR topk_idx, GM_ADDR topk_weights, GM_ADDR recv_x,
+                              GM_ADDR recv_weights, GM_ADDR tokens_per_expert, GM_ADDR recv_rows,
+                              GM_ADDR recv_pair_weights, GM_ADDR recv_pair_base, GM_ADDR recv_counts,
+                              GM_ADDR scratch, const EpTiling* tiling) {
     t_ = tiling;
-    c_.Init(tiling, windows, workspace);
+    c_.Init(tiling, scratch);
     f_ = dispatch_format(*t_);
     x_ = x;
     recv_x_ = recv_x;
@@ -293,14 +294,20 @@ class DispatchKernel {
 
 }  // namespace ubep_ascend
 
+// The UbepDispatch op's kernel (op_host/mc2/ubep_dispatch_def.cpp): its inputs, its outputs (the
+// last, `scratch`, zeroed by the caller), the framework's workspace (ubep keeps nothing there) and
+// the tiling. The windows come from the op's HCCL group.
 extern "C" __global__ __aicore__ void ubep_dispatch(GM_ADDR x, GM_ADDR topk_idx, GM_ADDR topk_weights,
-                                                    GM_ADDR windows, GM_ADDR recv_x, GM_ADDR recv_weights,
+                                                    GM_ADDR recv_x, GM_ADDR recv_weights,
                                                     GM_ADDR tokens_per_expert, GM_ADDR recv_rows,
                                                     GM_ADDR recv_pair_weights, GM_ADDR recv_pair_base,
-                                                    GM_ADDR recv_counts, GM_ADDR workspace, GM_ADDR tiling) {
+                                                    GM_ADDR recv_counts, GM_ADDR scratch, GM_ADDR,
+                                                    GM_ADDR tiling) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+  REGISTER_TILING_DEFAULT(ubep_ascend::EpOpTiling);
+  GET_TILING_DATA_WITH_STRUCT(ubep_ascend::EpOpTiling, op_tiling, tiling);
   ubep_ascend::DispatchKernel op;
-  op.Init(x, topk_idx, topk_weights, windows, recv_x, recv_weights, tokens_per_expert, recv_rows,
-          recv_pair_weights, recv_pair_base, recv_counts, workspace,
-          reinterpret_cast<const ubep_ascend::EpTiling*>(tiling));
+  op.Init(x, topk_idx, topk_weights, recv_x, recv_weights, tokens_per_expert, recv_rows, recv_pair_weights,
+          recv_pair_base, recv_counts, scratch, &op_tiling.ep);
   op.Process();
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "ep_tiling.h"
+#include "hccl_windows.h"
 #include "kernel_operator.h"
 
 namespace ubep_ascend {
@@ -30,27 +31,29 @@ __aicore__ inline float BitsFloat(int32_t v) {
 // Workspace counters (int32, one per 32-byte unit).
 enum Counter : int64_t { CNT_COUNTS_IN = 0, CNT_BASES_READY = 1, CNT_SENT = 2 };
 
+// The call's state on one AIV: its tiling, the die's scratch (the op's zeroed `scratch` output: status
+// words, counters, then the ws_* areas of the tiling) and every die's window (the HCCL group's).
 struct Ctx {
   const EpTiling* t;
   GlobalTensor<int64_t> status;   // [error, phase, peer]
   GlobalTensor<int32_t> counters;
-  GlobalTensor<uint64_t> windows;  // [W] GM addresses of every die's window
+  HcclWindows windows;
   uint8_t* ws;
   int64_t deadline;
 
-  __aicore__ inline void Init(const EpTiling* tiling, GM_ADDR window_table, GM_ADDR workspace) {
+  __aicore__ inline void Init(const EpTiling* tiling, GM_ADDR scratch) {
     t = tiling;
-    ws = workspace;
-    status.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(workspace), 4);
-    counters.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(workspace + t->ws_counters),
+    ws = scratch;
+    status.SetGlobalBuffer(reinterpret_cast<__gm__ int64_t*>(scratch), 4);
+    counters.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(scratch + t->ws_counters),
                              8 * COUNTER_STRIDE / 4);
-    windows.SetGlobalBuffer(reinterpret_cast<__gm__ uint64_t*>(window_table), t->world);
+    windows.Init(t->rank);
     deadline = AscendC::GetSystemCycle() + t->timeout_cycles;
   }
 
   // Base of this call's slot in die r's window.
-  __aicore__ inline uint8_t* Slot(int64_t r) const {
-    return reinterpret_cast<uint8_t*>(windows.GetValue(r)) + (static_cast<uint64_t>(t->epoch) & 1) * t->slot_bytes;
+  __aicore__ inline GM_ADDR Slot(int64_t r) const {
+    return windows.Base(r) + (static_cast<uint64_t>(t->epoch) & 1) * t->slot_bytes;
   }
 
   __aicore__ inline bool Aborted() const { return status.GetValue(0) != 0; }

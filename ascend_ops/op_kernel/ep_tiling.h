@@ -1,6 +1,7 @@
 // Tiling of the EP kernels: the layer shape, the call, the worker groups and the byte layout of
-// every die's window and of the kernel's workspace. op_host/tiling.h fills it; the kernels only
-// read it. Plain int64 fields, so the struct is the same bytes on the host and on the AIV.
+// every die's window and of the kernel's workspace (the op's zeroed `scratch` output).
+// op_host/tiling.h fills it; the kernels only read it. Plain int64 fields, so the struct is the same
+// bytes on the host and on the AIV.
 //
 // Window of one die (identical geometry on every die), two slots picked by epoch parity:
 //   slot = [count area | dispatch rows | dispatch records | combine rows | combine records |
@@ -21,6 +22,9 @@ constexpr int64_t RECORD_STRIDE = 32;
 constexpr int64_t COUNTER_STRIDE = 32;  // one int32 counter per 32-byte unit (DataCopy granularity)
 
 enum Reduce : int64_t { REDUCE_SOURCE = 0, REDUCE_EXPERT_RANK = 1, REDUCE_PAIRS = 2 };
+
+// Row dtypes: of the layer (window geometry) and of the rows a combine call reduces.
+enum RowDtype : int64_t { ROW_FP32 = 0, ROW_FP16 = 1, ROW_BF16 = 2 };
 
 // Where a kernel was waiting when it gave up (names in op_host/status.h).
 enum Phase : int64_t {
@@ -45,6 +49,7 @@ struct EpTiling {
   int64_t sentinel;       // sp sentinel of the row dtype
   int64_t sentinel_f32;   // sp sentinel of fp32 pair values
   int64_t reduce, weighted;
+  int64_t rows_dtype;     // combine: RowDtype of the rows (fp32 for REDUCE_PAIRS), picks the kernel
   int64_t n_count, n_token;  // dispatch: count group AIVs [0, n_count), token group after them
   int64_t timeout_cycles;
   // geometry
@@ -53,7 +58,7 @@ struct EpTiling {
   int64_t cnt_stride, cnt_off, disp_off, disp_rec_off, comb_off, comb_rec_off, pair_off, pair_rec_off;
   int64_t disp_rows, comb_rows;  // rows per batch: max_tokens and max_tokens * top_k
   int64_t slot_bytes, window_bytes;
-  // workspace (this die's scratch, zeroed before each call)
+  // workspace (this die's `scratch` output, zeroed before each call)
   int64_t ws_counters, ws_collide, ws_data, ws_bases, ws_bytes;  // ws_data: dispatch counts, combine rows
 };
 

@@ -1,16 +1,19 @@
 """The Ascend backend: binds ``torch.ops.ubep_ascend`` (the Ascend C operator package, ``ascend_ops/``).
 
-Each call is one kernel launch of ``TWIN_AIVS`` AIVs: ``dispatch`` (a count group and a token group of
-AIVs, split by the op's host tiling; Data-as-Flag rows into peer windows, the hop-aware mapper) or
+Each call is one kernel launch of ``NPU_AIVS`` AIVs on an NPU (``TWIN_AIVS`` threads on the CPU twin):
+``dispatch`` (a count group and a token group of AIVs, split by the op's host tiling; Data-as-Flag rows
+into peer windows, the hop-aware mapper) or
 ``combine`` (rows back to their sources, reduced there). ``dispatch_like`` runs the dispatch kernel again
 on the handle's routing; ``return_pair_values`` is the combine kernel in its ``pairs`` mode (one fp32 per
 row back to its ``(t, k)`` slot).
 
-Every die owns a window that all dies write into (docs/ASCEND.md). Here, on the CPU twin, a rank
-process is a die and its window is a file in ``/dev/shm`` that every rank maps; the file name comes
-from an id rank 0 broadcasts, and each file is unlinked once every rank has mapped it. On an NPU the
-windows would be peer-mapped HBM (HCCL windows or Ascend SHMEM); that allocation is not written yet,
-so this backend runs on CPU tensors only.
+Every die owns a window that all dies write into (docs/ASCEND.md); the kernels find every die's window
+in the HCCL context of the op's group, as MC2 kernels do. On NPUs the windows are HCCL's own (each
+rank's ``windowsIn`` of the group's communicator, ``HCCL_BUFFSIZE`` MB): the ops get the communicator's
+name and no window tensors. That path has never run (no NPU here). On the CPU twin a rank process is a
+die and its window is a file in ``/dev/shm`` that every rank maps; the file name comes from an id rank 0
+broadcasts, each file is unlinked once every rank has mapped it, and each launch builds the twin's HCCL
+group over the mappings.
 
 Calls are numbered (epochs 1, 2, 3, ... on every rank); call ``e`` uses window slot ``e & 1``. A rank
 whose peers do not arrive raises :class:`EPCommError` naming its rank and the phase after
@@ -32,7 +35,8 @@ from ubep.backends.base import Backend, EPCommError, Handle
 from ubep.config import EPConfig
 
 LIB_ENV = "UBEP_ASCEND_LIB"
-TWIN_AIVS = 4  # AIV threads per die on the CPU twin (an A3 die has 48)
+TWIN_AIVS = 4  # AIV threads per die on the CPU twin
+NPU_AIVS = 48  # AIVs of an Atlas A3 die
 _LIB_NAMES = ("libubep_ascend_twin.so", "libubep_ascend.so")
 
 
@@ -53,6 +57,24 @@ def load_ops() -> None:
         raise ValueError("backend='ascend' needs the operator library: run ./build.sh test (or cmake -S . -B "
                          f"build && cmake --build build), or set {LIB_ENV}; not found: {path}")
     torch.ops.load_library(str(path))
+
+
+def window_bytes(cfg: EPConfig) -> int:
+    """Bytes of one die's window for this layer (on the CPU twin with the lock table that follows it)."""
+    return torch.ops.ubep_ascend.window_bytes(cfg.world_size, cfg.hidden, cfg.num_experts, cfg.top_k,
+                                              cfg.max_tokens_per_rank, cfg.dtype, cfg.sync)
+
+
+def check_hccl_buffsize(cfg: EPConfig) -> None:
+    """ValueError naming ``HCCL_BUFFSIZE`` and the bytes needed when HCCL's window (``HCCL_BUFFSIZE`` MB,
+    200 when unset) cannot hold this layer's window; the same check as the ops' host tiling, asked before
+    any communication."""
+    load_ops()
+    problem = torch.ops.ubep_ascend.hccl_window_problem(
+        cfg.world_size, cfg.hidden, cfg.num_experts, cfg.top_k, cfg.max_tokens_per_rank, cfg.dtype, cfg.sync,
+        os.environ.get("HCCL_BUFFSIZE"))
+    if problem:
+        raise ValueError(f"backend='ascend': {problem}")
 
 
 def worker_split(cfg: EPConfig, num_aivs: int = TWIN_AIVS) -> tuple[int, int]:
@@ -83,16 +105,29 @@ class Routes:
     recv_counts: torch.Tensor
 
 
+class _HcclWindows:
+    """The windows of an NPU group: HCCL's, which the kernels reach through the op's HCCL context;
+    ``group`` is the communicator's name that the ops pass to HCCL, ``tensors`` is empty."""
+
+    def __init__(self, cfg: EPConfig, group: dist.ProcessGroup | None, device: torch.device):
+        check_hccl_buffsize(cfg)
+        pg = group if group is not None else dist.group.WORLD
+        self.group = pg._get_backend(device).get_hccl_comm_name(cfg.rank)
+        self.tensors: list[torch.Tensor] = []
+        self.nbytes = window_bytes(cfg)
+
+
 class _SharedWindows:
-    """One ``/dev/shm`` window per rank, mapped by every rank: ``tensors[r]`` is rank r's, uint8."""
+    """One ``/dev/shm`` window per rank, mapped by every rank: ``tensors[r]`` is rank r's, uint8; ``group``
+    names the twin's HCCL group over them."""
 
     def __init__(self, cfg: EPConfig, group: dist.ProcessGroup | None):
         sync = cfg.sync
-        nbytes = torch.ops.ubep_ascend.window_bytes(cfg.world_size, cfg.hidden, cfg.num_experts, cfg.top_k,
-                                                    cfg.max_tokens_per_rank, cfg.dtype, sync)
+        nbytes = window_bytes(cfg)
         token = [secrets.token_hex(8) if cfg.rank == 0 else None]
         dist.broadcast_object_list(token, src=dist.get_global_rank(group, 0) if group else 0, group=group)
-        paths = [f"/dev/shm/ubep-{token[0]}-{r}" for r in range(cfg.world_size)]
+        self.group = f"ubep-{token[0]}"
+        paths = [f"/dev/shm/{self.group}-{r}" for r in range(cfg.world_size)]
         fd = os.open(paths[cfg.rank], os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             os.ftruncate(fd, nbytes)
@@ -121,14 +156,16 @@ class AscendBackend(Backend):
 
     def __init__(self, config: EPConfig, group: dist.ProcessGroup | None, device: torch.device):
         super().__init__(config, group, device)
-        if device.type != "cpu":
-            raise ValueError(f"backend='ascend' runs on the CPU twin only so far (peer-mapped NPU windows "
-                             f"are not allocated yet); the buffer's device is {device}")
+        if device.type not in ("cpu", "npu"):
+            raise ValueError(f"backend='ascend' runs on NPUs or on its CPU twin; the buffer's device is "
+                             f"{device}")
         if config.hidden > 8192:
             raise ValueError(f"hidden must be <= 8192 for backend='ascend' (a row and its fp32 sums fit "
                              f"in an AIV's 192 KiB UB), got {config.hidden}")
         load_ops()
-        self.windows = _SharedWindows(config, group)
+        on_npu = device.type == "npu"
+        self.windows = _HcclWindows(config, group, device) if on_npu else _SharedWindows(config, group)
+        self.n_workers = NPU_AIVS if on_npu else TWIN_AIVS
         self.symmetric_bytes = self.windows.nbytes
         self.epoch = 0
 
@@ -150,9 +187,10 @@ class AscendBackend(Backend):
     def _dispatch_op(self, x_TH, topk_idx_TK, topk_weights_TK):
         cfg = self.config
         return self._call(torch.ops.ubep_ascend.dispatch, x_TH.contiguous(), topk_idx_TK.long().contiguous(),
-                          topk_weights_TK.detach().float().contiguous(), self.windows.tensors, cfg.rank,
-                          cfg.num_experts, cfg.max_tokens_per_rank, cfg.layout == "padded", cfg.sync,
-                          self._next_epoch(), TWIN_AIVS, cfg.timeout_s)
+                          topk_weights_TK.detach().float().contiguous(), self.windows.tensors,
+                          self.windows.group, cfg.world_size, cfg.rank, cfg.num_experts,
+                          cfg.max_tokens_per_rank, cfg.layout == "padded", cfg.sync, self._next_epoch(),
+                          self.n_workers, cfg.timeout_s)
 
     def dispatch(self, x_TH, topk_idx_TK, topk_weights_TK):
         cfg = self.config
@@ -175,8 +213,9 @@ class AscendBackend(Backend):
         cfg, r = self.config, handle.routes
         return self._call(torch.ops.ubep_ascend.combine, rows.contiguous(), r.topk_idx, r.topk_weights,
                           r.recv_rows, r.recv_pair_weights, r.recv_pair_base, r.recv_counts,
-                          self.windows.tensors, cfg.rank, cfg.num_experts, cfg.hidden, cfg.dtype, reduce,
-                          weighted, cfg.sync, self._next_epoch(), TWIN_AIVS, cfg.timeout_s)
+                          self.windows.tensors, self.windows.group, cfg.world_size, cfg.rank, cfg.num_experts,
+                          cfg.hidden, cfg.dtype, reduce, weighted, cfg.sync, self._next_epoch(),
+                          self.n_workers, cfg.timeout_s)
 
     def combine(self, expert_out, handle, reduce, weighted):
         with self.timer.phase("combine: kernel"):

@@ -18,6 +18,11 @@
 // - GetValue/SetValue on GM are acquire loads / release stores of the element (<= 8 bytes).
 // - SetAtomicAdd<T>() makes the following UB->GM DataCopy add element-wise, atomically.
 // - GetSystemCycle counts at 50 MHz (50 cycles per microsecond, GUESS from CANN kernels).
+// - GetHcclContext<i>() has the documented signature and returns the context the launch's twin HCCL
+//   group registered (cpu_twin/hccl_group.h); the runtime fills it on an NPU.
+// - The op-project macros (KERNEL_TASK_TYPE_DEFAULT, REGISTER_TILING_DEFAULT,
+//   GET_TILING_DATA_WITH_STRUCT) declare nothing here; the last copies the tiling from GM into a
+//   local struct, as on the AIV.
 // - Cast with RoundMode::CAST_RINT rounds to nearest even; CAST_NONE is for exact widenings.
 #pragma once
 
@@ -39,6 +44,13 @@
 #define __global__
 #define __gm__
 using GM_ADDR = uint8_t*;
+
+enum KernelType { KERNEL_TYPE_AIV_ONLY };
+#define KERNEL_TASK_TYPE_DEFAULT(type) static_cast<void>(type)
+#define REGISTER_TILING_DEFAULT(tiling_struct) static_assert(sizeof(tiling_struct) > 0)
+#define GET_TILING_DATA_WITH_STRUCT(tiling_struct, name, tiling_gm) \
+  tiling_struct name;                                             \
+  std::memcpy(&name, tiling_gm, sizeof(tiling_struct))
 using half = _Float16;
 
 // bf16 as its bit pattern; conversions go through Cast.
@@ -159,6 +171,18 @@ inline void launch(int64_t block_dim, const std::function<void()>& fn) {
   for (auto& t : threads) t.join();
 }
 }  // namespace twin
+
+// The contexts of the launch's two communication domains (index 0 and 1), set by the twin's HCCL group.
+namespace twin {
+inline GM_ADDR hccl_contexts[2] = {nullptr, nullptr};
+}
+
+template <uint32_t index>
+__aicore__ inline __gm__ uint8_t* __gm__ GetHcclContext(void) {
+  static_assert(index < 2, "GetHcclContext: only communication domains 0 and 1");
+  if (twin::hccl_contexts[index] == nullptr) twin::fail("GetHcclContext: no HCCL group for this launch");
+  return twin::hccl_contexts[index];
+}
 
 inline int64_t GetBlockIdx() { return twin::core.block_idx; }
 inline int64_t GetBlockNum() { return twin::core.block_num; }

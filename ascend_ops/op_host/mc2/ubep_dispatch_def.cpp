@@ -1,0 +1,62 @@
+// The MC2 op UbepDispatch (CANN only, never compiled here): its definition, whose HCCL group is the
+// "group" attribute, and its host tiling. The kernel is op_kernel/dispatch_kernel.cpp (ubep_dispatch);
+// npu_ops.cpp calls the generated aclnnUbepDispatch with the same arguments as the torch op.
+#include "ep_mc2.h"
+
+namespace ubep_ascend::mc2 {
+namespace {
+
+enum DispatchAttr : size_t { GROUP, WORLD, RANK, NUM_EXPERTS, MAX_TOKENS, PADDED, SYNC, EPOCH, N_WORKERS, TIMEOUT_S };
+enum DispatchInput : size_t { X, TOPK_IDX };
+
+ge::graphStatus DispatchTilingFunc(gert::TilingContext* ctx) {
+  const CallAttrs c{Attr<int64_t>(ctx, WORLD),      Attr<int64_t>(ctx, RANK),      Attr<int64_t>(ctx, NUM_EXPERTS),
+                    Attr<int64_t>(ctx, MAX_TOKENS), StrAttr(ctx, SYNC),            Attr<int64_t>(ctx, EPOCH),
+                    Attr<int64_t>(ctx, N_WORKERS),  Attr<float>(ctx, TIMEOUT_S)};
+  return SaveTiling(ctx, "UbepDispatch", StrAttr(ctx, GROUP), c.n_workers, [&] {
+    return DispatchTiling(c, Attr<bool>(ctx, PADDED), InputDim(ctx, X, 1), InputDim(ctx, TOPK_IDX, 1),
+                          RowDtypeOf(ctx->GetInputDesc(X)->GetDataType()), InputDim(ctx, X, 0));
+  });
+}
+
+}  // namespace
+}  // namespace ubep_ascend::mc2
+
+namespace ops {
+
+class UbepDispatch : public OpDef {
+ public:
+  explicit UbepDispatch(const char* name) : OpDef(name) {
+    using ubep_ascend::mc2::Columns;
+    const auto rows = ubep_ascend::mc2::RowColumns();
+    const auto nd = ubep_ascend::mc2::NdColumns();
+    this->Input("x").ParamType(REQUIRED).DataType(rows).Format(nd);
+    this->Input("topk_idx").ParamType(REQUIRED).DataType(Columns(ge::DT_INT64)).Format(nd);
+    this->Input("topk_weights").ParamType(REQUIRED).DataType(Columns(ge::DT_FLOAT)).Format(nd);
+    this->Output("recv_x").ParamType(REQUIRED).DataType(rows).Format(nd);
+    this->Output("recv_weights").ParamType(REQUIRED).DataType(Columns(ge::DT_FLOAT)).Format(nd);
+    this->Output("tokens_per_expert").ParamType(REQUIRED).DataType(Columns(ge::DT_INT64)).Format(nd);
+    this->Output("recv_rows").ParamType(REQUIRED).DataType(Columns(ge::DT_INT32)).Format(nd);
+    this->Output("recv_pair_weights").ParamType(REQUIRED).DataType(Columns(ge::DT_FLOAT)).Format(nd);
+    this->Output("recv_pair_base").ParamType(REQUIRED).DataType(Columns(ge::DT_INT32)).Format(nd);
+    this->Output("recv_counts").ParamType(REQUIRED).DataType(Columns(ge::DT_INT32)).Format(nd);
+    this->Output("scratch").ParamType(REQUIRED).DataType(Columns(ge::DT_UINT8)).Format(nd);
+    this->Attr("group").AttrType(REQUIRED).String();
+    this->Attr("world").AttrType(REQUIRED).Int();
+    this->Attr("rank").AttrType(REQUIRED).Int();
+    this->Attr("num_experts").AttrType(REQUIRED).Int();
+    this->Attr("max_tokens").AttrType(REQUIRED).Int();
+    this->Attr("padded").AttrType(REQUIRED).Bool();
+    this->Attr("sync").AttrType(REQUIRED).String();
+    this->Attr("epoch").AttrType(REQUIRED).Int();
+    this->Attr("n_workers").AttrType(REQUIRED).Int();
+    this->Attr("timeout_s").AttrType(REQUIRED).Float();
+    this->AICore().SetTiling(ubep_ascend::mc2::DispatchTilingFunc);
+    this->AICore().AddConfig("ascend910_93");
+    this->MC2().HcclGroup("group");
+  }
+};
+
+OP_ADD(UbepDispatch);
+
+}  // namespace ops
