@@ -61,7 +61,7 @@ def _assert_rows_move_in_16_bytes(ops: Counter) -> None:
 @pytest.mark.parametrize(("like", "replicate"), [(False, False), (False, True), (True, True)])
 def test_dispatch_compiles(mode, like, replicate):
     constants = {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
-                 "E_BLOCK": 256, "CHUNK": 128, "J_BLOCK": 16, "N_BLOCK": 256, "LIKE": like,
+                 "PAIR_BLOCK": 1024, "LIKE": like,
                  "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate, "FINAL": replicate,
                  "PROFILE": replicate, "COUNTS_FIRST": mode == "tff" and not like,
                  **_rows(mode, 7168, 2)}

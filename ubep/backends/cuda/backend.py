@@ -31,7 +31,7 @@ from ubep.config import EPConfig
 
 INT_VIEW = {2: torch.int16, 4: torch.int32}  # rows move as integers of their element width
 CHUNK_BYTES = 8192  # bytes of a row a program moves per step: few round trips per row
-PAIR_CHUNK = 128  # pairs a count program orders per step (a [CHUNK, CHUNK] comparison)
+MAX_PAIR_BLOCK = 1024
 NUM_WARPS = 8
 # Programs per group: lower ids are scheduled first and never wait on higher ones, so a grid larger
 # than the GPU holds at once still completes.
@@ -102,9 +102,6 @@ class CudaBackend(Backend):
         self.dispatch_state = torch.zeros(sync.STATE_WORDS, dtype=i64, device=device)
         self.combine_state = torch.zeros(sync.STATE_WORDS, dtype=i64, device=device)
         self.base = torch.empty(w, el, dtype=i64, device=device)
-        self.e_block = triton.next_power_of_2(cfg.num_experts)
-        self.count_hist = torch.empty(MAX_COUNT, self.e_block, dtype=torch.int32, device=device)
-        self.count_flags = torch.zeros(MAX_COUNT, dtype=i64, device=device)
         # Written by timed-out waits, read by the host without a sync: pinned, device-addressable.
         self.errors = torch.zeros(3, dtype=i64, pin_memory=device.type == "cuda")
         self.timeout_ns = int(cfg.timeout_s * 1e9)
@@ -119,7 +116,6 @@ class CudaBackend(Backend):
         # Caps of the count and token groups: free to change between calls (the receiving group is
         # fixed per buffer, acks count its programs); benchmarks/calibrate_split.py sweeps them.
         self.max_count, self.max_send = MAX_COUNT, MAX_SEND
-        self.pair_chunk = PAIR_CHUNK  # a power of 2; tests lower it to get several count programs
 
     # -- errors -----------------------------------------------------------------------------------
 
@@ -156,8 +152,7 @@ class CudaBackend(Backend):
 
     def _workers(self, num_tokens: int) -> Workers:
         cfg = self.config
-        return Workers(count=max(1, min(triton.cdiv(num_tokens * cfg.top_k, self.pair_chunk),
-                                        self.max_count)),
+        return Workers(count=min(cfg.num_experts, self.max_count),
                        send=max(1, min(num_tokens, self.max_send)), recv=self.consumers)
 
     def programs(self, num_tokens: int) -> int:
@@ -178,16 +173,15 @@ class CudaBackend(Backend):
         capacity = cfg.expert_capacity if cfg.layout == "padded" else 0
         dk.dispatch[(workers.total,)](
             x_bits, idx, weights, x_bits.shape[0], sym["stage"].ptrs, sym["route"].ptrs,
-            sym["count"].ptrs, sym["sig"].ptrs, sym["ack"].ptrs, self.dispatch_state,
-            self.count_hist, self.count_flags, self.base,
+            sym["count"].ptrs, sym["sig"].ptrs, sym["ack"].ptrs, self.dispatch_state, self.base,
             self._stamps("dispatch", (workers.count, workers.send, workers.recv)), sent,
             out_bits, out_w, rows, pair_w, tpe, cfg.rank, cfg.max_tokens_per_rank, capacity,
             self.timeout_ns, self.errors.data_ptr(), workers.count, workers.send, workers.recv,
             writers, self.consumers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
             W_BLOCK=triton.next_power_of_2(cfg.world_size),
             L_BLOCK=triton.next_power_of_2(cfg.num_local_experts), TOP_K=cfg.top_k,
-            K_BLOCK=self.k_block, E_BLOCK=self.e_block, CHUNK=self.pair_chunk,
-            J_BLOCK=max(1, 4096 // self.e_block), N_BLOCK=MAX_COUNT,
+            K_BLOCK=self.k_block, PAIR_BLOCK=min(MAX_PAIR_BLOCK, triton.next_power_of_2(
+                cfg.max_tokens_per_rank * cfg.top_k)),
             LIKE=like, RECORDS=(not like) or sw, REPLICATE=replicate, FINAL=final,
             COUNTS_FIRST=not (like or sw) and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,
             PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
