@@ -47,7 +47,7 @@ class WireStats:
 
     @classmethod
     def of(cls, tokens_sent: int, pairs_sent: int, *, hidden: int, itemsize: int, top_k: int,
-           world: int, num_experts: int) -> "WireStats":
+           world: int, num_experts: int) -> WireStats:
         """The bytes of a dispatch that sends ``tokens_sent`` tokens (``pairs_sent`` pairs) to other
         ranks: token rows, a route entry (row, weight) per pair slot, a count matrix to each peer."""
         return cls(tokens_sent=tokens_sent, pairs_sent=pairs_sent,

@@ -111,9 +111,9 @@ def _receive_rows(i, stage_local, route_local, count_local, base_ptr, out_ptr, o
 @triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "capacity", "n_count", "n_send",
                               "n_recv", "n_writers", "n_consumers"])
 def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs,
-             state_ptr, hist_ptr, flags_ptr, base_ptr, stamps_ptr, sent_ptr, out_ptr, out_w_ptr, rows_ptr, pair_w_ptr,
-             tpe_ptr, rank, tokens_max, capacity, timeout_ns, err_addr, n_count, n_send, n_recv, n_writers,
-             n_consumers, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr,
+             state_ptr, hist_ptr, flags_ptr, base_ptr, stamps_ptr, sent_ptr, out_ptr, out_w_ptr, rows_ptr,
+             pair_w_ptr, tpe_ptr, rank, tokens_max, capacity, timeout_ns, err_addr, n_count, n_send, n_recv,
+             n_writers, n_consumers, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr,
              L_BLOCK: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
              HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
              CB: tl.constexpr, E_BLOCK: tl.constexpr, CHUNK: tl.constexpr,
@@ -131,7 +131,8 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     ``route [2, W, T_max * K, 4]``, ``count [2, W, E_LOCAL + 1]``, ``sig [2, W]``,
     ``ack [W]`` (int64); ``state [STATE_WORDS]``: this buffer set's epoch words and
     writers' counter (``sync``); ``hist [N_BLOCK, E_BLOCK]`` int32 / ``flags [N_BLOCK]`` int64: the
-    count group's scratch (``counting``); ``base [W, E_LOCAL]`` scratch; ``stamps [programs, 4]`` int64 (``PROFILE``).
+    count group's scratch (``counting``); ``base [W, E_LOCAL]`` scratch; ``stamps [programs, 4]`` int64
+    (``PROFILE``).
     Outputs: ``sent [W, T_max]`` int8, ``out [rows, H]``, ``out_w [rows]``, ``rows`` / ``pair_w [W,
     T_max, K]`` (int64 / fp32, -1 / 0 where a pair is not here), ``tpe [E_LOCAL]``.
     """
