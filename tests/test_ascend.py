@@ -11,7 +11,8 @@ import torch
 
 from tests.ascend_workers import skip_worker, stress_worker
 from tests.workers import Case, run_cases
-from ubep.backends.ascend import TWIN_AIVS, library_path, worker_split
+from ubep.backends.ascend import TWIN_AIVS, worker_split
+from ubep.backends.ascend_library import library_path
 from ubep.config import EPConfig
 from ubep.launch import run_ranks
 from ubep.topology import cm384

@@ -7,7 +7,8 @@ import re
 import pytest
 import torch
 
-from ubep.backends.ascend import _HcclWindows, check_hccl_buffsize, library_path
+from ubep.backends.ascend import _HcclWindows, check_hccl_buffsize
+from ubep.backends.ascend_library import library_path
 from ubep.config import EPConfig
 
 pytestmark = pytest.mark.skipif(library_path() is None,

@@ -26,37 +26,16 @@ import mmap
 import os
 import secrets
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from ubep.backends.ascend_library import load_ops
 from ubep.backends.base import Backend, EPCommError, Handle
 from ubep.config import EPConfig
 
-LIB_ENV = "UBEP_ASCEND_LIB"
 TWIN_AIVS = 4  # AIV threads per die on the CPU twin
 NPU_AIVS = 48  # AIVs of an Atlas A3 die
-_LIB_NAMES = ("libubep_ascend_twin.so", "libubep_ascend.so")
-
-
-def library_path() -> Path | None:
-    """The built operator library: ``$UBEP_ASCEND_LIB``, else ``build/ascend_ops/`` of this checkout."""
-    if os.environ.get(LIB_ENV):
-        return Path(os.environ[LIB_ENV])
-    build = Path(__file__).resolve().parents[2] / "build" / "ascend_ops"
-    return next((build / n for n in _LIB_NAMES if (build / n).exists()), None)
-
-
-def load_ops() -> None:
-    """Registers ``torch.ops.ubep_ascend`` once; ValueError saying how to build it if missing."""
-    if hasattr(torch.ops, "ubep_ascend") and hasattr(torch.ops.ubep_ascend, "dispatch"):
-        return
-    path = library_path()
-    if path is None or not path.exists():
-        raise ValueError("backend='ascend' needs the operator library: run ./build.sh test (or cmake -S . -B "
-                         f"build && cmake --build build), or set {LIB_ENV}; not found: {path}")
-    torch.ops.load_library(str(path))
 
 
 def window_bytes(cfg: EPConfig) -> int:
