@@ -1,5 +1,6 @@
 """Rank functions for the Ascend backend tests that the shared case runner does not cover: a stress
-loop with random delays and a rank that skips a call."""
+loop with random delays, live Buffers with interleaved calls, a window prepared over garbage, and
+ranks that skip a call or a Buffer."""
 
 from __future__ import annotations
 
@@ -8,10 +9,34 @@ import random
 import time
 
 import torch
+import torch.distributed as dist
 
 import ubep
-from tests.workers import Case, _check_equal, case_inputs
+from tests.workers import DTYPES, Case, _check_equal, case_inputs
 from ubep import oracle, workloads
+from ubep.backends.ascend_windows import window_bytes
+
+
+def checked_dispatch(buf, case: Case, rank: int, world_size: int, label: str):
+    """``buf.dispatch`` of ``case``'s inputs, ``recv_x`` checked against the oracle (compact layout);
+    returns the result and every rank's inputs ``(xs, idxs, ws)``."""
+    inputs = [case_inputs(case, s) for s in range(world_size)]
+    xs, idxs, ws = (list(v) for v in zip(*inputs, strict=True))
+    res = buf.dispatch(*inputs[rank])
+    want_x, _, _ = oracle.dispatch(xs, idxs, ws, rank, world_size, case.num_experts)
+    _check_equal(f"{label}: recv_x", res.recv_x, want_x)
+    return res, (xs, idxs, ws)
+
+
+def checked_combine(buf, case: Case, res, inputs, rank: int, world_size: int, reduce: str,
+                    label: str) -> None:
+    """``buf.combine`` of the received rows themselves (identity experts), checked against the oracle."""
+    xs, idxs, ws = inputs
+    y = buf.combine(res.recv_x, res.handle, reduce=reduce)
+    outs = oracle.expert_outputs(idxs, lambda s, t, k, e: xs[s][t])
+    want_y = oracle.combine(outs, idxs, ws, rank, world_size, case.num_experts, reduce, True, case.hidden,
+                            DTYPES[case.dtype])
+    _check_equal(f"{label}: combine({reduce})", y, want_y)
 
 
 def stress_worker(rank: int, world_size: int, sync: str, iterations: int) -> int:
@@ -26,19 +51,36 @@ def stress_worker(rank: int, world_size: int, sync: str, iterations: int) -> int
     for it in range(iterations):
         case = Case(tokens=tuple((it + 3 * s) % (max_tokens + 1) for s in range(world_size)), hidden=hidden,
                     num_experts=experts, top_k=top_k, maxvio=float(it % 3), drop=0.2 * (it % 2), seed=it)
-        inputs = [case_inputs(case, s) for s in range(world_size)]
-        xs, idxs, ws = (list(v) for v in zip(*inputs, strict=True))
         time.sleep(delays.uniform(0, 0.003))
-        res = buf.dispatch(*inputs[rank])
-        want_x, want_tpe, _ = oracle.dispatch(xs, idxs, ws, rank, world_size, experts)
-        _check_equal(f"iteration {it}: recv_x", res.recv_x, want_x)
+        res, inputs = checked_dispatch(buf, case, rank, world_size, f"iteration {it}")
         time.sleep(delays.uniform(0, 0.003))
-        reduce = ("source", "expert_rank")[it % 2]
-        y = buf.combine(res.recv_x, res.handle, reduce=reduce)
-        outs = oracle.expert_outputs(idxs, lambda s, t, k, e, xs=xs: xs[s][t])
-        want_y = oracle.combine(outs, idxs, ws, rank, world_size, experts, reduce, True, hidden,
-                                torch.bfloat16)
-        _check_equal(f"iteration {it}: combine({reduce})", y, want_y)
+        checked_combine(buf, case, res, inputs, rank, world_size, ("source", "expert_rank")[it % 2],
+                        f"iteration {it}")
+    return 0
+
+
+def interleaved_worker(rank: int, world_size: int) -> int:
+    """Three live Buffers on one group, their calls interleaved: A and C have one layout (sw, bf16), B
+    another (sp, fp16, more experts per token); every dispatch and combine checked against the oracle."""
+    shape = {"hidden": 32, "num_experts": 2 * world_size, "top_k": 2, "max_tokens": 5}
+    specs = {
+        "A": Case(tokens=tuple(5 - s % 3 for s in range(world_size)), sync="sw", seed=11, **shape),
+        "B": Case(tokens=tuple(2 + s % 3 for s in range(world_size)), hidden=48, num_experts=2 * world_size,
+                  top_k=3, dtype="fp16", sync="sp", max_tokens=4, maxvio=1.0, seed=12),
+        "C": Case(tokens=tuple(s % 4 for s in range(world_size)), sync="sw", drop=0.3, seed=13, **shape),
+    }
+    bufs = {name: ubep.Buffer(hidden=c.hidden, num_experts=c.num_experts, top_k=c.top_k,
+                              max_tokens_per_rank=c.max_tokens, dtype=DTYPES[c.dtype], backend="ascend",
+                              sync=c.sync, timeout_s=60) for name, c in specs.items()}
+    held = {}
+    steps = [("A", "dispatch"), ("B", "dispatch"), ("C", "dispatch"), ("A", "source"), ("C", "expert_rank"),
+             ("B", "source"), ("A", "dispatch"), ("A", "expert_rank")]
+    for name, step in steps:
+        case, label = specs[name], f"buffer {name}, {step}"
+        if step == "dispatch":
+            held[name] = checked_dispatch(bufs[name], case, rank, world_size, label)
+        else:
+            checked_combine(bufs[name], case, *held[name], rank, world_size, step, label)
     return 0
 
 
@@ -53,6 +95,56 @@ def skip_worker(rank: int, world_size: int, sync: str) -> str:
     start = time.monotonic()
     try:
         buf.dispatch(x, idx, torch.ones(4, 2))
+    except ubep.EPCommError as err:
+        return f"{time.monotonic() - start:.1f}|{err}"
+    return "no error"
+
+
+def dirty_window_worker(rank: int, world_size: int, sync: str) -> dict:
+    """What a Buffer's preparation leaves in this die's window when the window held garbage, as HCCL's
+    may: a first Buffer makes the group's windows, every die writes 0xAB over twice the layer's
+    window, then a second Buffer of the same layer prepares them. Returns this window's ready tokens
+    ``[W, 2]`` (nonce, epoch) and the group's nonce, the 512-byte blocks after the tokens as runs
+    ``[kind, count]`` (``garbage``, ``zero``, or a block of zeros with the sentinel of ``bf16`` / ``fp32``
+    in its first 32 bytes), whether the bytes past the layer's window kept the garbage, and checks a
+    dispatch and a combine on the prepared window."""
+    layer = {"hidden": 40, "num_experts": 4, "top_k": 2, "max_tokens_per_rank": 4, "dtype": torch.bfloat16,
+             "backend": "ascend", "sync": sync, "timeout_s": 30}
+    first = ubep.Buffer(**layer)
+    window, nbytes = first._backend.windows.tensors[rank], window_bytes(first.config)
+    window[: 2 * nbytes] = 0xAB
+    dist.barrier()  # no die prepares before every die wrote its garbage
+    buf = ubep.Buffer(**layer)
+    token_bytes = 2 * world_size * 32
+    ready = window[token_bytes // 2: token_bytes].view(torch.int64).view(world_size, 4)[:, :2]
+    markers = {bytes.fromhex("a5ff") * 16: "bf16", bytes.fromhex("a5a5a5ff") * 8: "fp32", bytes(32): "zero"}
+    runs: list[list] = []
+    for block in window[-(-token_bytes // 512) * 512: nbytes].view(-1, 512):
+        kind = "garbage" if bool((block == 0xAB).all()) else "other"
+        if bool((block[32:] == 0).all()):
+            kind = markers.get(bytes(block[:32].tolist()), "other")
+        if runs and runs[-1][0] == kind:
+            runs[-1][1] += 1
+        else:
+            runs.append([kind, 1])
+    case = Case(tokens=tuple(range(world_size)), hidden=40, num_experts=4, top_k=2, max_tokens=4, seed=3)
+    res, inputs = checked_dispatch(buf, case, rank, world_size, "after the preparation")
+    checked_combine(buf, case, res, inputs, rank, world_size, "source", "after the preparation")
+    return {"ready": ready.tolist(), "nonce": buf._backend.windows.nonce, "runs": runs,
+            "past_layer_kept": bool((window[nbytes: 2 * nbytes] == 0xAB).all())}
+
+
+def skip_prepare_worker(rank: int, world_size: int) -> str:
+    """Both ranks make a Buffer; only rank 0 makes a second one, whose preparation must raise
+    EPCommError on rank 0 within the timeout, not hang."""
+    layer = {"hidden": 16, "num_experts": 4, "top_k": 2, "max_tokens_per_rank": 4, "dtype": torch.float32,
+             "backend": "ascend", "sync": "sp", "timeout_s": 2}
+    ubep.Buffer(**layer)
+    if rank == 1:
+        return "skipped"
+    start = time.monotonic()
+    try:
+        ubep.Buffer(**layer)
     except ubep.EPCommError as err:
         return f"{time.monotonic() - start:.1f}|{err}"
     return "no error"

@@ -9,9 +9,16 @@ gradients. Needs the operator library that ``./build.sh test`` builds; skipped w
 import pytest
 import torch
 
-from tests.ascend_workers import skip_worker, stress_worker
+from tests.ascend_workers import (
+    dirty_window_worker,
+    interleaved_worker,
+    skip_prepare_worker,
+    skip_worker,
+    stress_worker,
+)
 from tests.workers import Case, run_cases
-from ubep.backends.ascend import TWIN_AIVS, library_path, worker_split
+from ubep.backends.ascend import TWIN_AIVS, worker_split
+from ubep.backends.ascend_library import library_path
 from ubep.config import EPConfig
 from ubep.launch import run_ranks
 from ubep.topology import cm384
@@ -46,6 +53,61 @@ def test_matches_oracle(world, rounds):
     if world == 16:
         cases = cases[:4]
     run_ranks(run_cases, world, cases, timeout_s=400)
+
+
+def test_buffers_one_after_another_on_one_group():
+    """Buffers made one after another on one group share its windows, as HCCL's window outlives them:
+    sw, sp, tff, dc, sp in the first shape, then sw in the first shape again; dispatch, combine and
+    gradients of each bit for bit. Nothing an earlier Buffer left (flags, records, count messages,
+    sentinels of another geometry) may pass for a later Buffer's call."""
+    tokens, first = (4, 0, 6), {"hidden": 40, "num_experts": 6, "top_k": 2, "backend": "ascend"}
+    cases = [
+        Case(tokens=tokens, sync="sw", seed=5, **first),
+        Case(tokens=tokens, hidden=72, num_experts=6, top_k=3, dtype="fp16", layout="padded",
+             backend="ascend", sync="sp", seed=6),
+        Case(tokens=(5, 3, 2), hidden=24, num_experts=12, top_k=1, dtype="fp32", backend="ascend", sync="tff",
+             seed=7),
+        Case(tokens=(2, 6, 1), hidden=16, num_experts=3, top_k=2, backend="ascend", sync="dc", drop=0.2,
+             seed=8),
+        Case(tokens=tokens, sync="sp", seed=9, **first),
+        Case(tokens=tokens, sync="sw", seed=10, **first),
+    ]
+    run_ranks(run_cases, 3, cases, timeout_s=400)
+
+
+def test_live_buffers_interleaved_on_one_group():
+    """Calls of three live Buffers on one group interleaved, two layouts among them."""
+    assert run_ranks(interleaved_worker, 3, timeout_s=300) == [0, 0, 0]
+
+
+# The window of W = 2 dies, H = 40 bf16, E = 4, K = 2, T_max = 4, in 512-byte blocks after the tokens
+# (2 x 2 x 32 bytes in the first block of a 4096-byte header, whose other 7 blocks are not filled).
+# A slot is 48 blocks: count area 2, dispatch rows 2 x 4, a record block, combine rows 2 x 8, a record
+# block, pair-value rows 2 x 8 (fp32), a record block, 3 blocks of padding to 4096 bytes.
+SP_SLOT = [["zero", 2], ["bf16", 8], ["zero", 1], ["bf16", 16], ["zero", 1], ["fp32", 16]]
+PREPARED = {"sp": [["garbage", 7], *SP_SLOT, ["zero", 6], *SP_SLOT[1:], ["zero", 4]],
+            "sw": [["garbage", 7], ["zero", 96]]}
+
+
+@pytest.mark.parametrize("sync", ["sp", "sw"])
+def test_preparation_over_garbage(sync):
+    """HCCL's window holds whatever HCCL or an earlier process left: a Buffer's preparation zeroes both
+    slots of its layer (sp: the sentinel in the marker bytes of every row block), leaves the rest
+    alone, and meets every die through its ready token; a call then matches the oracle."""
+    got = run_ranks(dirty_window_worker, 2, sync, timeout_s=120)
+    nonce = got[0]["nonce"]
+    for rank in got:
+        assert rank["nonce"] == nonce and rank["ready"] == [[nonce, 2], [nonce, 2]]
+        assert rank["runs"] == PREPARED[sync]
+        assert rank["past_layer_kept"]
+
+
+def test_missing_peer_at_preparation_times_out():
+    got = run_ranks(skip_prepare_worker, 2, timeout_s=120)
+    assert got[1] == "skipped"
+    elapsed, message = got[0].split("|", 1)
+    assert "ubep rank 0: phase 'prepare: wait for rank 1 to arrive' did not complete within 2 s" in message
+    assert 1.5 < float(elapsed) < 10
 
 
 @pytest.mark.parametrize("sync", MODES)

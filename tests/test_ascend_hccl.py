@@ -7,7 +7,8 @@ import re
 import pytest
 import torch
 
-from ubep.backends.ascend import _HcclWindows, check_hccl_buffsize, library_path
+from ubep.backends.ascend_library import library_path
+from ubep.backends.ascend_windows import check_hccl_buffsize, group_windows, hccl_windows
 from ubep.config import EPConfig
 
 pytestmark = pytest.mark.skipif(library_path() is None,
@@ -73,13 +74,14 @@ class FakeNpuGroup:
 def test_npu_windows_are_the_hccl_groups(monkeypatch):
     monkeypatch.setenv("HCCL_BUFFSIZE", "200")
     group, device = FakeNpuGroup(), "the buffer's npu device"
-    windows = _HcclWindows(SMALL, group, device)
-    assert (windows.group, windows.tensors, group.asked) == ("hccl-comm-3", [], [device, 3])
+    windows = hccl_windows(group, device, SMALL.rank, 1234)
+    assert (windows.name, windows.tensors, windows.nonce) == ("hccl-comm-3", [], 1234)
+    assert group.asked == [device, 3]
 
 
 def test_npu_windows_check_hccl_buffsize_before_asking_hccl(monkeypatch):
     monkeypatch.setenv("HCCL_BUFFSIZE", "1")
     group = FakeNpuGroup()
     with pytest.raises(ValueError, match="set HCCL_BUFFSIZE="):
-        _HcclWindows(LARGE, group, "npu")
+        group_windows(LARGE, group, torch.device("privateuseone"))  # torch_npu's "npu"
     assert group.asked == []

@@ -1,5 +1,6 @@
 // The twin's HCCL group: what the runtime hands an MC2 op on an NPU, built from the dies' /dev/shm
-// windows. While it lives (one launch), GetHcclContext<0>() returns its context
+// windows, which like HCCL's live as long as the process group (the Python side keeps them; every
+// Buffer on the group uses them). While it lives (one launch), GetHcclContext<0>() returns its context
 // (op_kernel/hccl_context.h): the group's name, this die's rank, the group's size, the window size,
 // localWindowsIn = this die's window and remoteRes[r].nextDevicePtr -> a record whose windowsIn is
 // die r's window. remoteRes of the die's own rank stays empty, so a kernel must take its own window
@@ -21,7 +22,8 @@ namespace ubep_ascend {
 
 class TwinHcclGroup {
  public:
-  // windows[r]: die r's window of window_bytes (its lock table follows, see twin::shared_regions).
+  // windows[r]: die r's window of window_bytes, the group's window size, which may exceed the
+  // layer's (its lock table follows, see twin::shared_regions).
   TwinHcclGroup(const std::string& name, int64_t rank, const std::vector<uint8_t*>& windows, int64_t window_bytes)
       : context_(std::make_unique<hccl::HcclOpResParam>()), peers_(windows.size()) {
     hccl::HcclOpResParam& c = *context_;

@@ -1,11 +1,14 @@
 // The CPU implementation of torch.ops.ubep_ascend: the Ascend C kernels compiled by g++ against the
 // twin (cpu_twin/include/kernel_operator.h) and launched with one thread per AIV. Each rank
-// process is one die; the windows are shared mappings every die process maps, and each launch
-// builds the twin's HCCL group over them (hccl_group.h) so that the kernels find them as they do
-// on an NPU, through GetHcclContext.
+// process is one die; the windows are shared mappings every die process maps, one per die for the
+// life of the process group and of HCCL_BUFFSIZE MB, as HCCL's windowsIn; each launch builds the
+// twin's HCCL group over them (hccl_group.h) so that the kernels find them as they do on an NPU,
+// through GetHcclContext.
 #include <torch/library.h>
 
 #include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "ep_op_tiling.h"
@@ -20,6 +23,7 @@ extern "C" void ubep_dispatch(GM_ADDR x, GM_ADDR topk_idx, GM_ADDR topk_weights,
 extern "C" void ubep_combine(GM_ADDR rows, GM_ADDR topk_idx, GM_ADDR topk_weights, GM_ADDR recv_rows,
                              GM_ADDR recv_pair_weights, GM_ADDR recv_pair_base, GM_ADDR recv_counts, GM_ADDR y,
                              GM_ADDR scratch, GM_ADDR workspace, GM_ADDR tiling);
+extern "C" void ubep_prepare(GM_ADDR token, GM_ADDR scratch, GM_ADDR workspace, GM_ADDR tiling);
 
 namespace ubep_ascend {
 namespace {
@@ -35,38 +39,58 @@ at::Tensor OpTiling(const EpTiling& t) {
   return bytes;
 }
 
-// The dies' window bases, checked against the layer's window size.
-std::vector<uint8_t*> WindowBases(at::TensorList windows, const EpTiling& t) {
+// The group's windows as the twin's HCCL group needs them: every die's base and the window size,
+// which the mappings give (each one window of the group's size and its lock table). The layer's
+// window must fit, as HCCL's windowsIn must hold it on an NPU.
+struct GroupWindows {
+  std::vector<uint8_t*> bases;
+  int64_t bytes;
+};
+
+GroupWindows WindowsOf(at::TensorList windows, const EpTiling& t) {
   TORCH_CHECK(static_cast<int64_t>(windows.size()) == t.world, "ubep_ascend: on the CPU twin windows must have ",
               t.world, " tensors (one per rank), got ", windows.size());
-  std::vector<uint8_t*> bases;
+  GroupWindows g{{}, AscendC::twin::window_of_mapping(windows[0].numel())};
+  TORCH_CHECK(g.bytes >= t.window_bytes, "ubep_ascend: the layer's window needs ", t.window_bytes,
+              " bytes, the group's windows have ", g.bytes);
   for (int64_t r = 0; r < t.world; ++r) {
     const at::Tensor& w = windows[r];
     TORCH_CHECK(w.device().is_cpu() && w.scalar_type() == at::kByte && w.is_contiguous() &&
-                    w.numel() >= t.window_bytes + AscendC::twin::lock_table_bytes(t.window_bytes),
-                "ubep_ascend: windows[", r, "] must be a contiguous uint8 CPU tensor of window_bytes(...)");
-    bases.push_back(static_cast<uint8_t*>(w.data_ptr()));
+                    w.numel() == AscendC::twin::mapping_bytes(g.bytes),
+                "ubep_ascend: windows[", r, "] must be a contiguous uint8 CPU tensor of twin_mapping_bytes(...)");
+    g.bases.push_back(static_cast<uint8_t*>(w.data_ptr()));
   }
-  return bases;
+  return g;
+}
+
+// Runs kernel(tiling) on n_workers AIV threads while the twin's HCCL group over `windows` is this
+// die's context.
+template <class Kernel>
+void LaunchInGroup(const std::string& group, at::TensorList windows, const EpTiling& t, int64_t n_workers,
+                   Kernel kernel) {
+  const GroupWindows w = WindowsOf(windows, t);
+  TwinHcclGroup hccl(group, t.rank, w.bases, w.bytes);
+  const at::Tensor tiling = OpTiling(t);
+  AscendC::twin::launch(n_workers, [&] { kernel(Gm(tiling)); });
 }
 
 struct TwinLaunch {
   static void Dispatch(const DispatchArgs& a, at::TensorList windows, const EpTiling& t) {
-    TwinHcclGroup group(a.group, t.rank, WindowBases(windows, t), t.window_bytes);
-    const at::Tensor tiling = OpTiling(t);
-    AscendC::twin::launch(a.call.n_workers, [&] {
+    LaunchInGroup(a.group, windows, t, a.call.n_workers, [&](GM_ADDR tiling) {
       ubep_dispatch(Gm(a.x), Gm(a.topk_idx), Gm(a.topk_weights), Gm(a.recv_x), Gm(a.recv_weights),
                     Gm(a.tokens_per_expert), Gm(a.recv_rows), Gm(a.recv_pair_weights), Gm(a.recv_pair_base),
-                    Gm(a.recv_counts), Gm(a.scratch), nullptr, Gm(tiling));
+                    Gm(a.recv_counts), Gm(a.scratch), nullptr, tiling);
     });
   }
   static void Combine(const CombineArgs& a, at::TensorList windows, const EpTiling& t) {
-    TwinHcclGroup group(a.group, t.rank, WindowBases(windows, t), t.window_bytes);
-    const at::Tensor tiling = OpTiling(t);
-    AscendC::twin::launch(a.call.n_workers, [&] {
+    LaunchInGroup(a.group, windows, t, a.call.n_workers, [&](GM_ADDR tiling) {
       ubep_combine(Gm(a.rows), Gm(a.topk_idx), Gm(a.topk_weights), Gm(a.recv_rows), Gm(a.recv_pair_weights),
-                   Gm(a.recv_pair_base), Gm(a.recv_counts), Gm(a.y), Gm(a.scratch), nullptr, Gm(tiling));
+                   Gm(a.recv_pair_base), Gm(a.recv_counts), Gm(a.y), Gm(a.scratch), nullptr, tiling);
     });
+  }
+  static void Prepare(const PrepareArgs& a, at::TensorList windows, const EpTiling& t) {
+    LaunchInGroup(a.group, windows, t, a.attrs.n_workers,
+                  [&](GM_ADDR tiling) { ubep_prepare(Gm(a.token), Gm(a.scratch), nullptr, tiling); });
   }
 };
 
@@ -89,10 +113,31 @@ at::Tensor CombineCpu(const at::Tensor& rows, const at::Tensor& topk_idx, const 
                              std::string(reduce), weighted, std::string(sync), epoch, n_workers, timeout_s);
 }
 
+void PrepareCpu(const at::Tensor& token, at::TensorList windows, std::string_view group, int64_t world, int64_t rank,
+                int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens, at::ScalarType dtype,
+                std::string_view sync, int64_t n_workers, double timeout_s) {
+  Prepare<TwinLaunch>(token, windows, std::string(group), world, rank, hidden, num_experts, top_k, max_tokens, dtype,
+                      std::string(sync), n_workers, timeout_s);
+}
+
+// Bytes of one die's mapping: a window of HCCL_BUFFSIZE MB (hccl_buffsize: the variable's value,
+// absent when unset), the size HCCL gives every window of a group on an NPU, and its lock table.
+int64_t TwinMappingBytes(std::optional<std::string_view> hccl_buffsize) {
+  const std::string value(hccl_buffsize.value_or(""));
+  const int64_t mb = HcclBuffsizeMb(hccl_buffsize ? value.c_str() : nullptr);
+  TORCH_CHECK(mb > 0, "HCCL_BUFFSIZE must be a whole number of MB >= 1, got '", value, "'");
+  return AscendC::twin::mapping_bytes(mb << 20);
+}
+
 }  // namespace
 }  // namespace ubep_ascend
+
+TORCH_LIBRARY_FRAGMENT(ubep_ascend, m) {
+  m.def("twin_mapping_bytes(str? hccl_buffsize) -> int", &ubep_ascend::TwinMappingBytes);
+}
 
 TORCH_LIBRARY_IMPL(ubep_ascend, CPU, m) {
   m.impl("dispatch", &ubep_ascend::DispatchCpu);
   m.impl("combine", &ubep_ascend::CombineCpu);
+  m.impl("prepare", &ubep_ascend::PrepareCpu);
 }

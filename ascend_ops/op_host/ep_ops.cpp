@@ -3,9 +3,9 @@
 // register elsewhere: CPU (the twin, cpu_twin/twin_ops.cpp) and PrivateUse1 (the NPU, through the
 // MC2 ops of op_host/mc2/, op_host/npu_ops.cpp, built with CANN only).
 //
-// dispatch and combine take `windows` and `group`: on an NPU the windows are the HCCL group's
-// (`group` is its communicator name, `windows` empty); on the CPU twin `windows` are the dies'
-// shared mappings and `group` names the twin's HCCL group built over them.
+// prepare, dispatch and combine take `windows` and `group`: on an NPU the windows are the HCCL
+// group's (`group` is its communicator name, `windows` empty); on the CPU twin `windows` are the
+// dies' shared mappings and `group` names the twin's HCCL group built over them.
 #include <torch/library.h>
 
 #include "ep_ops.h"
@@ -34,13 +34,8 @@ at::Tensor CombineMeta(const at::Tensor& rows, const at::Tensor& topk_idx, const
                            : at::empty({T, hidden}, rows.options());
 }
 
-void PrepareWindowMeta(const at::Tensor&, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, at::ScalarType,
-                       std::string_view) {}
-
-void PrepareWindowAny(const at::Tensor& window, int64_t world, int64_t rank, int64_t hidden, int64_t num_experts,
-                      int64_t top_k, int64_t max_tokens, at::ScalarType dtype, std::string_view sync) {
-  PrepareWindow(window, world, rank, hidden, num_experts, top_k, max_tokens, dtype, std::string(sync));
-}
+void PrepareMeta(const at::Tensor&, at::TensorList, std::string_view, int64_t, int64_t, int64_t, int64_t, int64_t,
+                 int64_t, at::ScalarType, std::string_view, int64_t, double) {}
 
 std::tuple<int64_t, int64_t> WorkerSplitOp(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k,
                                            int64_t max_tokens, at::ScalarType dtype, int64_t n_workers) {
@@ -72,8 +67,8 @@ TORCH_LIBRARY(ubep_ascend, m) {
   m.def("worker_split(int world, int hidden, int num_experts, int top_k, int max_tokens, ScalarType dtype, "
         "int n_workers) -> (int n_count, int n_token)",
         &ubep_ascend::WorkerSplitOp);
-  m.def("prepare_window(Tensor(a!) window, int world, int rank, int hidden, int num_experts, int top_k, "
-        "int max_tokens, ScalarType dtype, str sync) -> ()");
+  m.def("prepare(Tensor token, Tensor(a!)[] windows, str group, int world, int rank, int hidden, int num_experts, "
+        "int top_k, int max_tokens, ScalarType dtype, str sync, int n_workers, float timeout_s) -> ()");
   m.def("dispatch(Tensor x, Tensor topk_idx, Tensor topk_weights, Tensor(a!)[] windows, str group, int world, "
         "int rank, int num_experts, int max_tokens, bool padded, str sync, int epoch, int n_workers, "
         "float timeout_s) -> (Tensor recv_x, Tensor recv_weights, Tensor tokens_per_expert, Tensor recv_rows, "
@@ -85,12 +80,7 @@ TORCH_LIBRARY(ubep_ascend, m) {
 }
 
 TORCH_LIBRARY_IMPL(ubep_ascend, Meta, m) {
-  m.impl("prepare_window", &ubep_ascend::PrepareWindowMeta);
+  m.impl("prepare", &ubep_ascend::PrepareMeta);
   m.impl("dispatch", &ubep_ascend::DispatchMeta);
   m.impl("combine", &ubep_ascend::CombineMeta);
-}
-
-// Filling a window is a host-built pattern copied in, the same on every device.
-TORCH_LIBRARY_IMPL(ubep_ascend, CompositeExplicitAutograd, m) {
-  m.impl("prepare_window", &ubep_ascend::PrepareWindowAny);
 }

@@ -1,7 +1,7 @@
 // The torch ops' bodies, shared by every device: check arguments, compute the call's tiling
-// (DispatchTiling / CombineTiling, which the CANN ops' tiling functions compute too), allocate the
-// outputs and the zeroed scratch, launch (Launch::Dispatch / Launch::Combine: the CPU twin or the
-// NPU's MC2 op), and turn a kernel's timeout into an error naming the rank and phase.
+// (DispatchTiling / CombineTiling / PrepareTiling, which the CANN ops' tiling functions compute too),
+// allocate the outputs and the zeroed scratch, launch (Launch::Dispatch / Combine / Prepare: the CPU
+// twin or the NPU's MC2 op), and turn a kernel's timeout into an error naming the rank and phase.
 //
 // Windows belong to the HCCL group `group`: on an NPU, HCCL's windows (pass windows=[]); on the CPU
 // twin, `windows[r]` is die r's shared mapping, from which the twin builds the group's context.
@@ -16,9 +16,6 @@
 
 #include "hccl_buffer.h"
 #include "tiling.h"
-#ifdef UBEP_CPU_TWIN
-#include "kernel_operator.h"  // the twin's lock table size
-#endif
 
 namespace ubep_ascend {
 
@@ -133,31 +130,31 @@ at::Tensor Combine(const at::Tensor& rows, const at::Tensor& topk_idx, const at:
   return a.y;
 }
 
-// sp: the sentinel into the marker bytes of every row of every batch of both slots; other modes:
-// zeros (no epoch matches zeroed flags and records).
-inline void PrepareWindow(const at::Tensor& window, int64_t world, int64_t rank, int64_t hidden, int64_t num_experts,
-                          int64_t top_k, int64_t max_tokens, at::ScalarType dtype, const std::string& sync) {
-  const EpTiling t = MakeTiling(world, rank, hidden, num_experts, top_k, max_tokens, RowDtypeOf(dtype), sync);
-  TORCH_CHECK(window.scalar_type() == at::kByte && window.numel() >= t.window_bytes,
-              "ubep_ascend.prepare_window: window must be uint8 of at least ", t.window_bytes, " bytes");
-  at::Tensor host = at::zeros({t.window_bytes}, at::kByte);
-  if (t.mode == static_cast<int64_t>(ubep::Mode::SP)) {
-    auto* base = host.data_ptr<uint8_t>();
-    const struct { ubep::WireFormat f; int64_t off, rows; } areas[] = {
-        {dispatch_format(t), t.disp_off, t.disp_rows}, {combine_format(t), t.comb_off, t.comb_rows},
-        {pair_format(t), t.pair_off, t.comb_rows}};
-    for (int64_t slot = 0; slot < 2; ++slot) {
-      for (const auto& a : areas) {
-        const int64_t blocks = t.world * a.rows * a.f.blocks_per_row();
-        for (int64_t b = 0; b < blocks; ++b) {
-          uint8_t* block = base + slot * t.slot_bytes + a.off + b * a.f.block_bytes;
-          for (int64_t m = 0; m < a.f.flag_bytes; ++m) block[m] = ubep::sentinel_byte(a.f, m);
-        }
-      }
-    }
-  }
-  window.zero_();
-  window.narrow(0, 0, t.window_bytes).copy_(host);
+// A window preparation (prepare_kernel.cpp): the kernel's tensors (the token, then `scratch`) and
+// the op's attributes.
+struct PrepareArgs {
+  at::Tensor token, scratch;
+  std::string group;
+  PrepareAttrs attrs;
+};
+
+// token: [2] int64 on the op's device, the group's nonce and this preparation's epoch (>= 1, from the
+// same sequence as the calls').
+template <class Launch>
+void Prepare(const at::Tensor& token, at::TensorList windows, const std::string& group, int64_t world, int64_t rank,
+             int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens, at::ScalarType dtype,
+             const std::string& sync, int64_t n_workers, double timeout_s) {
+  TORCH_CHECK(token.scalar_type() == at::kLong && token.dim() == 1 && token.size(0) == 2,
+              "ubep_ascend.prepare: token must be [2] int64 (nonce, epoch)");
+  PrepareArgs a;
+  a.group = group;
+  a.attrs = PrepareAttrs{world, rank, hidden, num_experts, top_k, max_tokens, RowDtypeOf(dtype), sync, n_workers,
+                         timeout_s};
+  const EpTiling t = PrepareTiling(a.attrs);
+  a.token = token.contiguous();
+  a.scratch = at::zeros({t.ws_bytes}, token.options().dtype(at::kByte));
+  Launch::Prepare(a, windows, t);
+  CheckStatus(a.scratch, t, timeout_s);
 }
 
 inline std::tuple<int64_t, int64_t> WorkerSplit(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k,
@@ -166,16 +163,10 @@ inline std::tuple<int64_t, int64_t> WorkerSplit(int64_t world, int64_t hidden, i
   return {s.n_count, s.n_token};
 }
 
-// Bytes of one die's window (on the twin with the lock table that follows it).
+// Bytes of one die's window for the layer (what HCCL's windowsIn must hold).
 inline int64_t WindowBytes(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens,
                            at::ScalarType dtype, const std::string& sync) {
-  const int64_t bytes =
-      MakeTiling(world, 0, hidden, num_experts, top_k, max_tokens, RowDtypeOf(dtype), sync).window_bytes;
-#ifdef UBEP_CPU_TWIN
-  return bytes + AscendC::twin::lock_table_bytes(bytes);  // the twin's per-transaction locks
-#else
-  return bytes;
-#endif
+  return MakeTiling(world, 0, hidden, num_experts, top_k, max_tokens, RowDtypeOf(dtype), sync).window_bytes;
 }
 
 // "" if HCCL's window (HCCL_BUFFSIZE MB; hccl_buffsize: the variable's value, absent when unset)

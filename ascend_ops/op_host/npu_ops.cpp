@@ -1,7 +1,8 @@
 // The NPU (PrivateUse1) implementation of torch.ops.ubep_ascend, built only with CANN and torch_npu:
-// the same op bodies as the CPU twin, running the MC2 ops UbepDispatch / UbepCombine (op_host/mc2/)
-// through their aclnn API on the current NPU stream. The ops' host tiling computes the same tiling
-// as the op body; HCCL hands the kernels the windows of `group`. Never compiled or run here (no CANN).
+// the same op bodies as the CPU twin, running the MC2 ops UbepDispatch / UbepCombine / UbepPrepare
+// (op_host/mc2/) through their aclnn API on the current NPU stream. The ops' host tiling computes the
+// same tiling as the op body; HCCL hands the kernels the windows of `group`. Never compiled or run
+// here (no CANN).
 #include <torch/library.h>
 
 #include <string>
@@ -11,6 +12,7 @@
 #include "aclnn/acl_meta.h"
 #include "aclnn_ubep_combine.h"
 #include "aclnn_ubep_dispatch.h"
+#include "aclnn_ubep_prepare.h"
 #include "ep_ops.h"
 #include "torch_npu/csrc/core/npu/NPUStream.h"
 
@@ -92,6 +94,18 @@ struct NpuLaunch {
                                               c.timeout_s, y, scratch, bytes, executor);
     }, aclnnUbepCombine);
   }
+
+  static void Prepare(const PrepareArgs& a, at::TensorList windows, const EpTiling&) {
+    NoWindows(windows);
+    const AclTensor token(a.token), scratch(a.scratch);
+    std::string group = a.group, sync = a.attrs.sync;
+    const PrepareAttrs& p = a.attrs;
+    RunAclnn("aclnnUbepPrepare", a.token, [&](uint64_t* bytes, aclOpExecutor** executor) {
+      return aclnnUbepPrepareGetWorkspaceSize(token, group.data(), p.world, p.rank, p.hidden, p.num_experts, p.top_k,
+                                              p.max_tokens, static_cast<int64_t>(p.dtype), sync.data(), p.n_workers,
+                                              p.timeout_s, scratch, bytes, executor);
+    }, aclnnUbepPrepare);
+  }
 };
 
 auto DispatchNpu(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
@@ -113,10 +127,18 @@ at::Tensor CombineNpu(const at::Tensor& rows, const at::Tensor& topk_idx, const 
                             weighted, std::string(sync), epoch, n_workers, timeout_s);
 }
 
+void PrepareNpu(const at::Tensor& token, at::TensorList windows, std::string_view group, int64_t world, int64_t rank,
+                int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens, at::ScalarType dtype,
+                std::string_view sync, int64_t n_workers, double timeout_s) {
+  Prepare<NpuLaunch>(token, windows, std::string(group), world, rank, hidden, num_experts, top_k, max_tokens, dtype,
+                     std::string(sync), n_workers, timeout_s);
+}
+
 }  // namespace
 }  // namespace ubep_ascend
 
 TORCH_LIBRARY_IMPL(ubep_ascend, PrivateUse1, m) {
   m.impl("dispatch", &ubep_ascend::DispatchNpu);
   m.impl("combine", &ubep_ascend::CombineNpu);
+  m.impl("prepare", &ubep_ascend::PrepareNpu);
 }

@@ -1,12 +1,13 @@
 // Host tiling: the byte layout of the windows and workspaces (EpTiling) for a layer shape, the
-// tiling of a dispatch or combine call (the torch ops and the CANN ops' tiling functions both use
-// DispatchTiling / CombineTiling), the dispatch's worker split (split.h), the sp sentinels, and the
-// message for a kernel that gave up waiting. Plain C++, no torch.
+// tiling of a dispatch, combine or window preparation (the torch ops and the CANN ops' tiling
+// functions both use DispatchTiling / CombineTiling / PrepareTiling), the dispatch's worker split
+// (split.h), the sp sentinels, and the message for a kernel that gave up waiting. Plain C++, no torch.
 //
 // Example: W = 2, H = 40 bf16, E = 8, K = 2, T_max = 4: a dispatch row is 80 token bytes + 28
 // route bytes -> 112 bytes (56 elements), one 512-byte block in sw/dc/sp and tff alike; a count
 // entry is 512 bytes; a slot holds 2 * 512 count bytes, 2 * 4 dispatch rows, 2 * 8 combine rows
-// and 2 * 8 pair-value rows of 512 bytes each, plus records.
+// and 2 * 8 pair-value rows of 512 bytes each, plus records; the window is a 4096-byte header (2 * 2
+// tokens of 32 bytes, rounded up) and two slots.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +64,7 @@ inline EpTiling MakeTiling(int64_t world, int64_t rank, int64_t hidden, int64_t 
   t.disp_rows = max_tokens;
   t.comb_rows = max_tokens * top_k;
   const int64_t records = RoundUp(world * RECORD_STRIDE, BLOCK_BYTES);
+  t.slots_off = RoundUp(2 * world * TOKEN_STRIDE, 4096);
   t.cnt_off = 0;
   t.disp_off = world * t.cnt_stride;
   t.disp_rec_off = t.disp_off + world * t.disp_rows * dispatch_format(t).row_stride();
@@ -71,7 +73,7 @@ inline EpTiling MakeTiling(int64_t world, int64_t rank, int64_t hidden, int64_t 
   t.pair_off = t.comb_rec_off + records;
   t.pair_rec_off = t.pair_off + world * t.comb_rows * pair_format(t).row_stride();
   t.slot_bytes = RoundUp(t.pair_rec_off + records, 4096);
-  t.window_bytes = 2 * t.slot_bytes;
+  t.window_bytes = t.slots_off + 2 * t.slot_bytes;
   // workspace: status [0, 32), counters, per-destination collision flag and dc lanes, data, bases
   t.ws_counters = 64;
   t.ws_collide = RoundUp(t.ws_counters + 8 * COUNTER_STRIDE, BLOCK_BYTES);
@@ -110,15 +112,39 @@ inline Reduce ReduceOf(const std::string& reduce) {
                               "'");
 }
 
+inline int64_t TimeoutCycles(double timeout_s) {
+  if (!(timeout_s > 0)) throw std::invalid_argument("ubep_ascend: timeout_s must be > 0");
+  return static_cast<int64_t>(timeout_s * CYCLES_PER_SECOND);
+}
+
 // The layer's geometry (MakeTiling) and the fields every call fills.
 inline EpTiling CallTiling(const CallAttrs& c, int64_t hidden, int64_t top_k, RowDtype layer, int64_t num_tokens) {
   if (c.epoch < 1) throw std::invalid_argument("ubep_ascend: epoch must be >= 1, got " + std::to_string(c.epoch));
-  if (!(c.timeout_s > 0)) throw std::invalid_argument("ubep_ascend: timeout_s must be > 0");
   if (num_tokens > c.max_tokens) throw std::invalid_argument("ubep_ascend: more tokens than max_tokens");
   EpTiling t = MakeTiling(c.world, c.rank, hidden, c.num_experts, top_k, c.max_tokens, layer, c.sync);
   t.epoch = c.epoch;
-  t.timeout_cycles = static_cast<int64_t>(c.timeout_s * CYCLES_PER_SECOND);
+  t.timeout_cycles = TimeoutCycles(c.timeout_s);
   t.num_tokens = num_tokens;
+  return t;
+}
+
+// What one window preparation asks for; its token (the group's nonce, the call's epoch) travels as
+// the op's input tensor.
+struct PrepareAttrs {
+  int64_t world, rank, hidden, num_experts, top_k, max_tokens;
+  RowDtype dtype;  // the layer's
+  std::string sync;
+  int64_t n_workers;
+  double timeout_s;
+};
+
+// A window preparation for the layer on n_workers AIVs; its workspace is the status words and the
+// counters only.
+inline EpTiling PrepareTiling(const PrepareAttrs& p) {
+  if (p.n_workers < 1) throw std::invalid_argument("ubep_ascend.prepare: n_workers must be >= 1");
+  EpTiling t = MakeTiling(p.world, p.rank, p.hidden, p.num_experts, p.top_k, p.max_tokens, p.dtype, p.sync);
+  t.timeout_cycles = TimeoutCycles(p.timeout_s);
+  t.ws_bytes = t.ws_collide;
   return t;
 }
 
@@ -157,6 +183,8 @@ inline std::string PhaseName(int64_t phase, int64_t peer) {
     case PHASE_SENT: return "wait for this rank's senders";
     case PHASE_HELLO: return "combine: wait for the handshake" + from;
     case PHASE_RETURN: return "combine: wait for returned rows" + from;
+    case PHASE_ARRIVE: return "prepare: wait for rank " + std::to_string(peer) + " to arrive";
+    case PHASE_READY: return "prepare: wait for rank " + std::to_string(peer) + " to fill its window";
     default: return "unknown phase " + std::to_string(phase);
   }
 }

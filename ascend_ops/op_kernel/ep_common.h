@@ -53,7 +53,7 @@ struct Ctx {
 
   // Base of this call's slot in die r's window.
   __aicore__ inline GM_ADDR Slot(int64_t r) const {
-    return windows.Base(r) + (static_cast<uint64_t>(t->epoch) & 1) * t->slot_bytes;
+    return windows.Base(r) + t->slots_off + (static_cast<uint64_t>(t->epoch) & 1) * t->slot_bytes;
   }
 
   __aicore__ inline bool Aborted() const { return status.GetValue(0) != 0; }

@@ -3,7 +3,11 @@
 // op_host/tiling.h fills it; the kernels only read it. Plain int64 fields, so the struct is the same
 // bytes on the host and on the AIV.
 //
-// Window of one die (identical geometry on every die), two slots picked by epoch parity:
+// Window of one die (identical geometry on every die): [header | slot 0 | slot 1], call e in slot
+// e & 1 at slots_off + (e & 1) * slot_bytes.
+//   header: the window preparation's tokens (prepare_kernel.cpp), never filled: W arrival entries,
+//           then W ready entries, TOKEN_STRIDE bytes each, die s's at s * TOKEN_STRIDE: u64 nonce,
+//           u64 epoch. Its place depends on W only, so every layer on a group finds it.
 //   slot = [count area | dispatch rows | dispatch records | combine rows | combine records |
 //           pair-value rows | pair-value records]
 //   count area:  W entries of cnt_stride bytes, entry s written by source s: u64 epoch at 0
@@ -20,13 +24,17 @@ constexpr int64_t BLOCK_BYTES = 512;  // CM384 transaction; every mode's block
 constexpr int64_t FLAG_BYTES = 32;    // tff flag, dc/sp marker bytes
 constexpr int64_t RECORD_STRIDE = 32;
 constexpr int64_t COUNTER_STRIDE = 32;  // one int32 counter per 32-byte unit (DataCopy granularity)
+constexpr int64_t TOKEN_STRIDE = 32;    // a header entry: u64 nonce, u64 epoch, 16 bytes of 0
+
+// The header's two areas: the preparation's arrival tokens, then its ready tokens.
+enum TokenArea : int64_t { AREA_ARRIVE = 0, AREA_READY = 1 };
 
 enum Reduce : int64_t { REDUCE_SOURCE = 0, REDUCE_EXPERT_RANK = 1, REDUCE_PAIRS = 2 };
 
 // Row dtypes: of the layer (window geometry) and of the rows a combine call reduces.
 enum RowDtype : int64_t { ROW_FP32 = 0, ROW_FP16 = 1, ROW_BF16 = 2 };
 
-// Where a kernel was waiting when it gave up (names in op_host/status.h).
+// Where a kernel was waiting when it gave up (names: PhaseName in op_host/tiling.h).
 enum Phase : int64_t {
   PHASE_NONE = 0,
   PHASE_COUNTS = 1,       // dispatch: count message from a peer
@@ -35,6 +43,8 @@ enum Phase : int64_t {
   PHASE_SENT = 4,         // a group waits for its own senders before writing batch records
   PHASE_HELLO = 5,        // combine: the call's handshake from a peer
   PHASE_RETURN = 6,       // combine: returned rows from a peer
+  PHASE_ARRIVE = 7,       // prepare: a peer's arrival token
+  PHASE_READY = 8,        // prepare: a peer's ready token (its window filled)
 };
 
 struct EpTiling {
@@ -57,7 +67,7 @@ struct EpTiling {
   int64_t disp_hidden;    // dispatch wire row in elements: token row + route, rounded to 16 bytes
   int64_t cnt_stride, cnt_off, disp_off, disp_rec_off, comb_off, comb_rec_off, pair_off, pair_rec_off;
   int64_t disp_rows, comb_rows;  // rows per batch: max_tokens and max_tokens * top_k
-  int64_t slot_bytes, window_bytes;
+  int64_t slots_off, slot_bytes, window_bytes;  // slots_off: the header's bytes
   // workspace (this die's `scratch` output, zeroed before each call)
   int64_t ws_counters, ws_collide, ws_data, ws_bases, ws_bytes;  // ws_data: dispatch counts, combine rows
 };

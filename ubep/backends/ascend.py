@@ -8,73 +8,31 @@ on the handle's routing; ``return_pair_values`` is the combine kernel in its ``p
 row back to its ``(t, k)`` slot).
 
 Every die owns a window that all dies write into (docs/ASCEND.md); the kernels find every die's window
-in the HCCL context of the op's group, as MC2 kernels do. On NPUs the windows are HCCL's own (each
-rank's ``windowsIn`` of the group's communicator, ``HCCL_BUFFSIZE`` MB): the ops get the communicator's
-name and no window tensors. That path has never run (no NPU here). On the CPU twin a rank process is a
-die and its window is a file in ``/dev/shm`` that every rank maps; the file name comes from an id rank 0
-broadcasts, each file is unlinked once every rank has mapped it, and each launch builds the twin's HCCL
-group over the mappings.
+in the HCCL context of the op's group, as MC2 kernels do. The windows belong to the process group and
+outlive its Buffers, as HCCL's window does on an NPU (``ascend_windows``). A Buffer prepares them on
+creation (the ``prepare`` op: zeros, sp sentinels, then a meeting of every die), and again before a call
+when another layer's Buffer prepared them since.
 
-Calls are numbered (epochs 1, 2, 3, ... on every rank); call ``e`` uses window slot ``e & 1``. A rank
-whose peers do not arrive raises :class:`EPCommError` naming its rank and the phase after
-``config.timeout_s``; the buffer is unusable after that.
+Calls are numbered per group (epochs 1, 2, 3, ... on every rank, across all the group's Buffers); call
+``e`` uses window slot ``e & 1``. A rank whose peers do not arrive raises :class:`EPCommError` naming its
+rank and the phase after ``config.timeout_s``; the group's windows are then in an unknown state until a
+new Buffer prepares them.
 """
 
 from __future__ import annotations
 
-import mmap
-import os
-import secrets
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from ubep.backends.ascend_library import load_ops
+from ubep.backends.ascend_windows import group_windows, window_bytes, window_layout
 from ubep.backends.base import Backend, EPCommError, Handle
 from ubep.config import EPConfig
 
-LIB_ENV = "UBEP_ASCEND_LIB"
 TWIN_AIVS = 4  # AIV threads per die on the CPU twin
 NPU_AIVS = 48  # AIVs of an Atlas A3 die
-_LIB_NAMES = ("libubep_ascend_twin.so", "libubep_ascend.so")
-
-
-def library_path() -> Path | None:
-    """The built operator library: ``$UBEP_ASCEND_LIB``, else ``build/ascend_ops/`` of this checkout."""
-    if os.environ.get(LIB_ENV):
-        return Path(os.environ[LIB_ENV])
-    build = Path(__file__).resolve().parents[2] / "build" / "ascend_ops"
-    return next((build / n for n in _LIB_NAMES if (build / n).exists()), None)
-
-
-def load_ops() -> None:
-    """Registers ``torch.ops.ubep_ascend`` once; ValueError saying how to build it if missing."""
-    if hasattr(torch.ops, "ubep_ascend") and hasattr(torch.ops.ubep_ascend, "dispatch"):
-        return
-    path = library_path()
-    if path is None or not path.exists():
-        raise ValueError("backend='ascend' needs the operator library: run ./build.sh test (or cmake -S . -B "
-                         f"build && cmake --build build), or set {LIB_ENV}; not found: {path}")
-    torch.ops.load_library(str(path))
-
-
-def window_bytes(cfg: EPConfig) -> int:
-    """Bytes of one die's window for this layer (on the CPU twin with the lock table that follows it)."""
-    return torch.ops.ubep_ascend.window_bytes(cfg.world_size, cfg.hidden, cfg.num_experts, cfg.top_k,
-                                              cfg.max_tokens_per_rank, cfg.dtype, cfg.sync)
-
-
-def check_hccl_buffsize(cfg: EPConfig) -> None:
-    """ValueError naming ``HCCL_BUFFSIZE`` and the bytes needed when HCCL's window (``HCCL_BUFFSIZE`` MB,
-    200 when unset) cannot hold this layer's window; the same check as the ops' host tiling, asked before
-    any communication."""
-    load_ops()
-    problem = torch.ops.ubep_ascend.hccl_window_problem(
-        cfg.world_size, cfg.hidden, cfg.num_experts, cfg.top_k, cfg.max_tokens_per_rank, cfg.dtype, cfg.sync,
-        os.environ.get("HCCL_BUFFSIZE"))
-    if problem:
-        raise ValueError(f"backend='ascend': {problem}")
 
 
 def worker_split(cfg: EPConfig, num_aivs: int = TWIN_AIVS) -> tuple[int, int]:
@@ -105,52 +63,6 @@ class Routes:
     recv_counts: torch.Tensor
 
 
-class _HcclWindows:
-    """The windows of an NPU group: HCCL's, which the kernels reach through the op's HCCL context;
-    ``group`` is the communicator's name that the ops pass to HCCL, ``tensors`` is empty."""
-
-    def __init__(self, cfg: EPConfig, group: dist.ProcessGroup | None, device: torch.device):
-        check_hccl_buffsize(cfg)
-        pg = group if group is not None else dist.group.WORLD
-        self.group = pg._get_backend(device).get_hccl_comm_name(cfg.rank)
-        self.tensors: list[torch.Tensor] = []
-        self.nbytes = window_bytes(cfg)
-
-
-class _SharedWindows:
-    """One ``/dev/shm`` window per rank, mapped by every rank: ``tensors[r]`` is rank r's, uint8; ``group``
-    names the twin's HCCL group over them."""
-
-    def __init__(self, cfg: EPConfig, group: dist.ProcessGroup | None):
-        sync = cfg.sync
-        nbytes = window_bytes(cfg)
-        token = [secrets.token_hex(8) if cfg.rank == 0 else None]
-        dist.broadcast_object_list(token, src=dist.get_global_rank(group, 0) if group else 0, group=group)
-        self.group = f"ubep-{token[0]}"
-        paths = [f"/dev/shm/{self.group}-{r}" for r in range(cfg.world_size)]
-        fd = os.open(paths[cfg.rank], os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        try:
-            os.ftruncate(fd, nbytes)
-            own = mmap.mmap(fd, nbytes)
-        finally:
-            os.close(fd)
-        torch.ops.ubep_ascend.prepare_window(torch.frombuffer(own, dtype=torch.uint8), cfg.world_size,
-                                             cfg.rank, cfg.hidden, cfg.num_experts, cfg.top_k,
-                                             cfg.max_tokens_per_rank, cfg.dtype, sync)
-        dist.barrier(group=group)
-        self.maps = []
-        for r, path in enumerate(paths):
-            if r == cfg.rank:
-                self.maps.append(own)
-                continue
-            with open(path, "r+b") as f:
-                self.maps.append(mmap.mmap(f.fileno(), nbytes))
-        dist.barrier(group=group)
-        os.unlink(paths[cfg.rank])  # every rank holds its mapping; no file outlives the buffer
-        self.tensors = [torch.frombuffer(m, dtype=torch.uint8) for m in self.maps]
-        self.nbytes = nbytes
-
-
 class AscendBackend(Backend):
     name = "ascend"
 
@@ -164,16 +76,29 @@ class AscendBackend(Backend):
                              f"in an AIV's 192 KiB UB), got {config.hidden}")
         load_ops()
         on_npu = device.type == "npu"
-        self.windows = _HcclWindows(config, group, device) if on_npu else _SharedWindows(config, group)
+        self.windows = group_windows(config, group, device)
         self.n_workers = NPU_AIVS if on_npu else TWIN_AIVS
-        self.symmetric_bytes = self.windows.nbytes
-        self.epoch = 0
+        self.symmetric_bytes = window_bytes(config)
+        self.layout = window_layout(config)
+        self._prepare()
 
-    def _next_epoch(self) -> int:
-        if self.epoch >= 2**63 - 1:
-            raise EPCommError(f"ubep rank {self.config.rank}: the buffer made 2^63 - 1 calls; make a new one")
-        self.epoch += 1
-        return self.epoch
+    def _prepare(self) -> None:
+        """Fills this layer's window on every die and meets every die (a collective); until it
+        succeeds the windows hold no known layout."""
+        cfg, w = self.config, self.windows
+        w.layout = None
+        token = torch.tensor([w.nonce, w.next_epoch()], dtype=torch.int64, device=self.device)
+        self._call(torch.ops.ubep_ascend.prepare, token, w.tensors, w.name, cfg.world_size, cfg.rank,
+                   cfg.hidden, cfg.num_experts, cfg.top_k, cfg.max_tokens_per_rank, cfg.dtype, cfg.sync,
+                   self.n_workers, cfg.timeout_s)
+        w.layout = self.layout
+
+    def _call_epoch(self) -> int:
+        """The next call's epoch, after preparing the windows again if they hold another layer's
+        layout (every rank decides alike: the group's calls are the same sequence everywhere)."""
+        if self.windows.layout != self.layout:
+            self._prepare()
+        return self.windows.next_epoch()
 
     def _call(self, op, *args):
         try:
@@ -185,11 +110,11 @@ class AscendBackend(Backend):
             raise
 
     def _dispatch_op(self, x_TH, topk_idx_TK, topk_weights_TK):
-        cfg = self.config
+        cfg, epoch = self.config, self._call_epoch()
         return self._call(torch.ops.ubep_ascend.dispatch, x_TH.contiguous(), topk_idx_TK.long().contiguous(),
                           topk_weights_TK.detach().float().contiguous(), self.windows.tensors,
-                          self.windows.group, cfg.world_size, cfg.rank, cfg.num_experts,
-                          cfg.max_tokens_per_rank, cfg.layout == "padded", cfg.sync, self._next_epoch(),
+                          self.windows.name, cfg.world_size, cfg.rank, cfg.num_experts,
+                          cfg.max_tokens_per_rank, cfg.layout == "padded", cfg.sync, epoch,
                           self.n_workers, cfg.timeout_s)
 
     def dispatch(self, x_TH, topk_idx_TK, topk_weights_TK):
@@ -210,11 +135,11 @@ class AscendBackend(Backend):
         return recv_x[: handle.num_rows].view(handle.rows_shape(x_TH.shape[1]))
 
     def _combine_op(self, rows, handle: Handle, reduce: str, weighted: bool) -> torch.Tensor:
-        cfg, r = self.config, handle.routes
+        cfg, r, epoch = self.config, handle.routes, self._call_epoch()
         return self._call(torch.ops.ubep_ascend.combine, rows.contiguous(), r.topk_idx, r.topk_weights,
                           r.recv_rows, r.recv_pair_weights, r.recv_pair_base, r.recv_counts,
-                          self.windows.tensors, self.windows.group, cfg.world_size, cfg.rank, cfg.num_experts,
-                          cfg.hidden, cfg.dtype, reduce, weighted, cfg.sync, self._next_epoch(),
+                          self.windows.tensors, self.windows.name, cfg.world_size, cfg.rank, cfg.num_experts,
+                          cfg.hidden, cfg.dtype, reduce, weighted, cfg.sync, epoch,
                           self.n_workers, cfg.timeout_s)
 
     def combine(self, expert_out, handle, reduce, weighted):

@@ -93,6 +93,11 @@ struct Region {
 inline std::vector<Region> shared_regions;
 
 inline int64_t lock_table_bytes(int64_t window_bytes) { return window_bytes / GM_TRANSACTION * 4; }
+// A die's mapping: its window (a multiple of GM_TRANSACTION bytes), then the window's lock table.
+inline int64_t mapping_bytes(int64_t window_bytes) { return window_bytes + lock_table_bytes(window_bytes); }
+inline int64_t window_of_mapping(int64_t mapping_bytes) {
+  return mapping_bytes / (GM_TRANSACTION + 4) * GM_TRANSACTION;
+}
 
 inline uint32_t* chunk_lock(const uint8_t* p) {
   for (const Region& r : shared_regions) {

@@ -1,7 +1,7 @@
 // Checks that the kernels find every die's window through the HCCL context: for groups of 1, 2 and 5
 // dies, seen from each die, every AIV's HcclWindows::Base(r) (op_kernel/hccl_windows.h) and the
 // kernels' Ctx::Slot(r) (op_kernel/ep_common.h) must be die r's window, as the twin's HCCL group
-// (cpu_twin/hccl_group.h) laid it out, for both slot parities.
+// (cpu_twin/hccl_group.h) laid it out, past the header, for both slot parities.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,7 +12,7 @@
 
 namespace {
 
-constexpr int64_t kWindowBytes = 8192, kSlotBytes = 4096, kAivs = 3;
+constexpr int64_t kHeaderBytes = 4096, kSlotBytes = 4096, kWindowBytes = kHeaderBytes + 2 * kSlotBytes, kAivs = 3;
 
 int64_t Address(const uint8_t* p) { return static_cast<int64_t>(reinterpret_cast<uintptr_t>(p)); }
 
@@ -30,6 +30,7 @@ void check_group(int64_t world, Checks& checks) {
       t.world = world;
       t.rank = rank;
       t.epoch = epoch;
+      t.slots_off = kHeaderBytes;
       t.slot_bytes = kSlotBytes;
       t.ws_counters = 64;
       std::vector<uint8_t> scratch(1024);
@@ -47,7 +48,8 @@ void check_group(int64_t world, Checks& checks) {
         const std::string seen = "W=" + std::to_string(world) + " rank " + std::to_string(rank) + " epoch " +
                                  std::to_string(epoch) + ": window of rank " + std::to_string(r);
         checks.equal(Address(got_base[i]), Address(bases[r]), seen + " (Base)");
-        checks.equal(Address(got_slot[i]), Address(bases[r] + (epoch & 1) * kSlotBytes), seen + " (Slot)");
+        checks.equal(Address(got_slot[i]), Address(bases[r] + kHeaderBytes + (epoch & 1) * kSlotBytes),
+                     seen + " (Slot)");
       }
     }
   }

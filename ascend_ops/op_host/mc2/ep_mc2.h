@@ -1,6 +1,6 @@
-// What the MC2 ops UbepDispatch and UbepCombine share (CANN only, never compiled here): their dtype
-// columns, and for their host tiling functions: read the attributes, refuse a window that
-// HCCL_BUFFSIZE does not hold, and save the op's tiling (EpOpTiling: HCCL's Mc2InitTiling /
+// What the MC2 ops UbepDispatch, UbepCombine and UbepPrepare share (CANN only, never compiled here):
+// their dtype columns, and for their host tiling functions: read the attributes, refuse a window
+// that HCCL_BUFFSIZE does not hold, and save the op's tiling (EpOpTiling: HCCL's Mc2InitTiling /
 // Mc2CcTiling for the op's group, then the EpTiling of op_host/tiling.h), AIV count and workspace.
 #pragma once
 

@@ -1,0 +1,54 @@
+// The MC2 op UbepPrepare (CANN only, never compiled here), laid out as UbepDispatch: its definition,
+// whose HCCL group is the "group" attribute, and its host tiling. The kernel is
+// op_kernel/prepare_kernel.cpp (ubep_prepare). `dtype` is the layer's RowDtype (it fixes the window
+// geometry); the input `token` is [2] int64, the group's nonce and the preparation's epoch.
+#include "ep_mc2.h"
+
+namespace ubep_ascend::mc2 {
+namespace {
+
+enum PrepareAttr : size_t {
+  GROUP, WORLD, RANK, HIDDEN, NUM_EXPERTS, TOP_K, MAX_TOKENS, DTYPE, SYNC, N_WORKERS, TIMEOUT_S
+};
+
+ge::graphStatus PrepareTilingFunc(gert::TilingContext* ctx) {
+  const PrepareAttrs p{Attr<int64_t>(ctx, WORLD),       Attr<int64_t>(ctx, RANK),
+                       Attr<int64_t>(ctx, HIDDEN),      Attr<int64_t>(ctx, NUM_EXPERTS),
+                       Attr<int64_t>(ctx, TOP_K),       Attr<int64_t>(ctx, MAX_TOKENS),
+                       static_cast<RowDtype>(Attr<int64_t>(ctx, DTYPE)), StrAttr(ctx, SYNC),
+                       Attr<int64_t>(ctx, N_WORKERS),   Attr<float>(ctx, TIMEOUT_S)};
+  return SaveTiling(ctx, "UbepPrepare", StrAttr(ctx, GROUP), p.n_workers, [&] { return PrepareTiling(p); });
+}
+
+}  // namespace
+}  // namespace ubep_ascend::mc2
+
+namespace ops {
+
+class UbepPrepare : public OpDef {
+ public:
+  explicit UbepPrepare(const char* name) : OpDef(name) {
+    using ubep_ascend::mc2::Columns;
+    const auto nd = ubep_ascend::mc2::NdColumns();
+    this->Input("token").ParamType(REQUIRED).DataType(Columns(ge::DT_INT64)).Format(nd);
+    this->Output("scratch").ParamType(REQUIRED).DataType(Columns(ge::DT_UINT8)).Format(nd);
+    this->Attr("group").AttrType(REQUIRED).String();
+    this->Attr("world").AttrType(REQUIRED).Int();
+    this->Attr("rank").AttrType(REQUIRED).Int();
+    this->Attr("hidden").AttrType(REQUIRED).Int();
+    this->Attr("num_experts").AttrType(REQUIRED).Int();
+    this->Attr("top_k").AttrType(REQUIRED).Int();
+    this->Attr("max_tokens").AttrType(REQUIRED).Int();
+    this->Attr("dtype").AttrType(REQUIRED).Int();
+    this->Attr("sync").AttrType(REQUIRED).String();
+    this->Attr("n_workers").AttrType(REQUIRED).Int();
+    this->Attr("timeout_s").AttrType(REQUIRED).Float();
+    this->AICore().SetTiling(ubep_ascend::mc2::PrepareTilingFunc);
+    this->AICore().AddConfig("ascend910_93");
+    this->MC2().HcclGroup("group");
+  }
+};
+
+OP_ADD(UbepPrepare);
+
+}  // namespace ops

@@ -1,0 +1,132 @@
+// Window preparation, AIV-only: makes this die's window ready for a layer's calls and meets every
+// die of the group, before a Buffer's first call and again whenever the window last held another
+// layer's layout. HCCL's window outlives Buffers and starts with whatever HCCL or an earlier layer
+// left in it, so a layer cannot trust it unprepared. The meeting goes through the windows, not an
+// HCCL collective, which may stage data in the very window (docs/ASCEND.md).
+//
+// 1. arrive: the token (nonce, epoch) into every die's arrival entry for this die, then wait for
+//    every die's token here. A die arrives only after its earlier calls ended, so no write of theirs
+//    lands here after the fill: a call that completed on this die saw every write addressed to it,
+//    and after a timeout the late writer arrives only once its own call ended.
+// 2. fill: both slots of this layer's window: zeros (zeroed flags, records and count messages match
+//    no epoch) and, in sp, the sentinel in the marker bytes of every block of every row area. The
+//    header, where the tokens live, is left alone.
+// 3. ready: once every AIV's share is filled (a fence, SyncAll), the token into every die's ready
+//    entry for this die; wait for every die's. A die's next call starts after this op ended, so no
+//    die writes into a peer's slots before the peer filled them.
+//
+// Input: token [2] int64 (the group's nonce, this preparation's epoch); output: scratch (status
+// words and counters).
+#include "ep_common.h"
+#include "ep_op_tiling.h"
+
+namespace ubep_ascend {
+
+using namespace AscendC;
+
+constexpr int64_t FILL_BYTES = 32 * 1024;  // one DataCopy of the fill; a multiple of BLOCK_BYTES
+
+class PrepareKernel {
+ public:
+  __aicore__ inline void Init(GM_ADDR token, GM_ADDR scratch, const EpTiling* tiling) {
+    t_ = tiling;
+    c_.Init(tiling, scratch);
+    GlobalTensor<uint64_t> token_gm;
+    token_gm.SetGlobalBuffer(reinterpret_cast<__gm__ uint64_t*>(token), 2);
+    nonce_ = token_gm.GetValue(0);
+    epoch_ = token_gm.GetValue(1);
+    pipe_.InitBuffer(fill_buf_, FILL_BYTES);
+    pipe_.InitBuffer(token_buf_, TOKEN_STRIDE);
+  }
+
+  __aicore__ inline void Process() {
+    const int64_t me = GetBlockIdx(), n = GetBlockNum();
+    const bool ok = Meet(AREA_ARRIVE, PHASE_ARRIVE, me, n);
+    SyncAll();
+    if (ok && !c_.Aborted()) Fill(me, n);
+    PipeBarrier<PIPE_ALL>();  // this AIV's fill lands before any ready token
+    SyncAll();
+    if (ok && !c_.Aborted()) Meet(AREA_READY, PHASE_READY, me, n);
+  }
+
+ private:
+  // Die d's header entry written by die s, in `area`.
+  __aicore__ inline GlobalTensor<uint64_t> Entry(int64_t d, int64_t area, int64_t s) const {
+    GlobalTensor<uint64_t> entry;
+    entry.SetGlobalBuffer(reinterpret_cast<__gm__ uint64_t*>(c_.windows.Base(d) +
+                                                             (area * t_->world + s) * TOKEN_STRIDE), 4);
+    return entry;
+  }
+
+  // The token into `area` of this AIV's share of dies, then wait for theirs in this window.
+  __aicore__ inline bool Meet(int64_t area, int64_t phase, int64_t me, int64_t n) {
+    LocalTensor<uint64_t> token = token_buf_.Get<uint64_t>();
+    Duplicate<uint64_t>(token, 0, TOKEN_STRIDE / 8);
+    token.SetValue(0, nonce_);
+    token.SetValue(1, epoch_);
+    for (int64_t d = me; d < t_->world; d += n) DataCopy(Entry(d, area, t_->rank), token, TOKEN_STRIDE / 8);
+    for (int64_t s = me; s < t_->world; s += n) {
+      const GlobalTensor<uint64_t> entry = Entry(t_->rank, area, s);
+      if (!c_.Poll(phase, s, [&] { return entry.GetValue(0) == nonce_ && entry.GetValue(1) == epoch_; })) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Both slots, as runs of one block pattern each, cut into FILL_BYTES pieces dealt round robin.
+  __aicore__ inline void Fill(int64_t me, int64_t n) {
+    const bool sp = t_->mode == static_cast<int64_t>(ubep::Mode::SP);
+    const ubep::WireFormat rows = dispatch_format(*t_), comb = combine_format(*t_), pairs = pair_format(*t_);
+    const int64_t ends[] = {t_->disp_off, t_->disp_rec_off, t_->comb_off, t_->comb_rec_off,
+                            t_->pair_off, t_->pair_rec_off, t_->slot_bytes};
+    const ubep::WireFormat* marked[] = {nullptr, &rows, nullptr, &comb, nullptr, &pairs, nullptr};
+    LocalTensor<uint8_t> ub = fill_buf_.Get<uint8_t>();
+    GlobalTensor<uint8_t> dst;
+    int64_t piece = 0;
+    for (int64_t run = 0; run < 7; ++run) {
+      const int64_t begin = run == 0 ? 0 : ends[run - 1];
+      bool pattern_ready = false;
+      for (int64_t slot = 0; slot < 2; ++slot) {
+        uint8_t* base = c_.windows.Base(t_->rank) + t_->slots_off + slot * t_->slot_bytes;
+        for (int64_t off = begin; off < ends[run]; off += FILL_BYTES, ++piece) {
+          if (piece % n != me) continue;
+          if (!pattern_ready) Pattern(ub, sp ? marked[run] : nullptr);
+          pattern_ready = true;
+          const int64_t bytes = ends[run] - off < FILL_BYTES ? ends[run] - off : FILL_BYTES;
+          dst.SetGlobalBuffer(base + off, bytes);
+          DataCopy(dst, ub, bytes);
+        }
+      }
+    }
+  }
+
+  // FILL_BYTES of zeros; with a format, its sentinel in the marker bytes of every block.
+  __aicore__ inline void Pattern(const LocalTensor<uint8_t>& ub, const ubep::WireFormat* marked) {
+    Duplicate<int32_t>(ub.ReinterpretCast<int32_t>(), 0, FILL_BYTES / 4);
+    if (marked == nullptr) return;
+    for (int64_t b = 0; b < FILL_BYTES; b += BLOCK_BYTES) {
+      for (int64_t m = 0; m < marked->flag_bytes; ++m) ub.SetValue(b + m, ubep::sentinel_byte(*marked, m));
+    }
+  }
+
+  const EpTiling* t_;
+  Ctx c_;
+  uint64_t nonce_, epoch_;
+  TPipe pipe_;
+  TBuf<TPosition::VECCALC> fill_buf_, token_buf_;
+};
+
+}  // namespace ubep_ascend
+
+// The UbepPrepare op's kernel (op_host/mc2/ubep_prepare_def.cpp): its input, its output (`scratch`,
+// zeroed by the caller), the framework's workspace (unused) and the tiling. The windows come from
+// the op's HCCL group.
+extern "C" __global__ __aicore__ void ubep_prepare(GM_ADDR token, GM_ADDR scratch, GM_ADDR, GM_ADDR tiling) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+  REGISTER_TILING_DEFAULT(ubep_ascend::EpOpTiling);
+  GET_TILING_DATA_WITH_STRUCT(ubep_ascend::EpOpTiling, op_tiling, tiling);
+  ubep_ascend::PrepareKernel op;
+  op.Init(token, scratch, &op_tiling.ep);
+  op.Process();
+}
