@@ -9,8 +9,6 @@ so the file is reproducible; a test checks the stored file equals a fresh build.
 
 from __future__ import annotations
 
-import json
-
 import torch
 
 from ubep import layout, vector_files
@@ -55,7 +53,7 @@ def build() -> dict:
 
 
 def render() -> str:
-    return json.dumps(build(), indent=1) + "\n"
+    return vector_files.as_json(build())
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,8 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable
 from pathlib import Path
+
+
+def as_json(vectors: dict) -> str:
+    """The file text of a vector set written as one indented JSON document."""
+    return json.dumps(vectors, indent=1) + "\n"
 
 
 def main(render: Callable[[], str], doc: str, argv: list[str] | None = None) -> None:

@@ -13,7 +13,6 @@ file equals a fresh build.
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from dataclasses import asdict
 
@@ -58,7 +57,7 @@ def build() -> dict:
 
 
 def render() -> str:
-    return json.dumps(build(), indent=1) + "\n"
+    return vector_files.as_json(build())
 
 
 def main(argv: list[str] | None = None) -> None:
