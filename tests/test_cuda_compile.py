@@ -9,9 +9,11 @@ triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from ubep.backends.cuda import checksum, wire  # noqa: E402
 from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
-from ubep.backends.cuda import wire  # noqa: E402
+
+MODES = list(wire.MODE_CODES)
 
 TARGET = GPUTarget("cuda", 90, 32)
 POINTERS = {
@@ -42,17 +44,23 @@ def _rows(mode, hidden, elem_bytes):
             "CB": min(32, triton.next_power_of_2(nb))}
 
 
-@pytest.mark.parametrize("mode", ["sw", "tff"])
+def _mode(mode, dtype):
+    return {"MODE": wire.MODE_CODES[mode],
+            "SENTINEL": checksum.sentinel_word(dtype) if mode == "sp" else 0}
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(("like", "replicate"), [(False, False), (False, True), (True, True)])
 def test_dispatch_compiles(mode, like, replicate):
     constants = {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
-                 "PAIR_BLOCK": 1024, "MODE": wire.MODE_CODES[mode], "LIKE": like,
-                 "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate, "FINAL": replicate,
-                 "PROFILE": replicate, **_rows(mode, 7168, 2)}
+                 "PAIR_BLOCK": 1024, **_mode(mode, torch.bfloat16), "LIKE": like,
+                 "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate,
+                 "VERIFY": replicate and mode == "dc", "FINAL": replicate, "PROFILE": replicate,
+                 **_rows(mode, 7168, 2)}
     _compile(dk.dispatch, POINTERS["dispatch"], constants)
 
 
-@pytest.mark.parametrize("mode", ["sw", "tff"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(("partial", "gather"), [(False, False), (True, False), (False, True)])
 def test_combine_compiles(mode, partial, gather):
     pointers = dict(POINTERS["combine"])
@@ -61,7 +69,8 @@ def test_combine_compiles(mode, partial, gather):
         pointers.update(out_ptr="*fp32", out_bits_ptr="*i32", y_ptr="*fp32")
         rows = _rows(mode, 1, torch.float32.itemsize)
     constants = {"WORLD": 8, "W_BLOCK": 8, "E_LOCAL": 32, "TOP_K": 8, "K_BLOCK": 8,
-                 "MODE": wire.MODE_CODES[mode],
+                 **_mode(mode, torch.bfloat16),
                  "PARTIAL": partial, "WEIGHTED": partial, "SUM_WEIGHTED": not partial and not gather,
-                 "GATHER": gather, "FINAL": not gather, "PROFILE": partial, **rows}
+                 "GATHER": gather, "VERIFY": mode == "dc", "FINAL": not gather, "PROFILE": partial,
+                 **rows}
     _compile(ck.combine, pointers, constants)

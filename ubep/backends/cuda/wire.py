@@ -11,9 +11,13 @@ A row of ``HIDDEN`` elements of ``ES`` bytes is cut into ``NB`` blocks of ``BE``
   were never seen torn over NVLink, 256 B ones were (``benchmarks/probe_store_atomicity.py``), and
   the GPU stress test (2000 calls per layout, random delays) saw no torn block in this layout.
 - ``sw`` (``FE = 0``): plain rows; a batch has arrived when its record does (``ubep.backends.cuda.sync``).
+- ``dc`` (``FE = 0``): the first 8 bytes of each block are masked marker words, checked against the
+  batch checksum (``checksum``, ``records``); ``row`` numbers the row for the masks.
+- ``sp`` (``FE = 0``): raw rows; a block has arrived when its first 8 bytes are not the sentinel
+  (``checksum``, ``records``); the sender counts the blocks that would carry it.
 
 Example: 7168 bf16 elements, ``tff`` with 128-byte blocks: ``BE = 64``, ``FE = 4``, ``PE = 60``,
-``NB = 120``, 15360 bytes per row on the wire; ``sw``: ``NB = 112``, 14336 bytes.
+``NB = 120``, 15360 bytes per row on the wire; ``sw``, ``dc``, ``sp``: ``NB = 112``, 14336 bytes.
 
 Rows move in chunks of ``CB`` blocks, as ``[CB, BE]`` tiles: the wire side of a tile is contiguous
 (16-byte vector stores), the payload side is contiguous within each block.
@@ -24,10 +28,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda.sync import now_ns, report
 
-MODE_CODES = {"sw": 0, "tff": 1}
-TFF = tl.constexpr(MODE_CODES["tff"])
+MODE_CODES = {"sw": 0, "tff": 1, "dc": 2, "sp": 3}
+SW, TFF, DC, SP = (tl.constexpr(MODE_CODES[m]) for m in ("sw", "tff", "dc", "sp"))
 BLOCK_BYTES = 128
 FLAG_BYTES = 8
 
@@ -60,28 +65,56 @@ def flag_bits(epoch, BE: tl.constexpr, FE: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
-def put_tile(wire_ptr, values, c, epoch, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
-             NB: tl.constexpr, CB: tl.constexpr):
-    """Store chunk ``c`` of a row whose payload elements are ``values`` (``[CB, BE]`` of the wire's
-    integer type, at the tile's payload offsets) into the wire row at ``wire_ptr``, flags included."""
-    w_off, _, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB)
-    dt: tl.constexpr = wire_ptr.dtype.element_ty
-    if FE > 0:
-        flags = flag_bits(epoch, BE, FE, dt.primitive_bitwidth).to(dt)
-        values = tl.where(is_flag, flags, values)
-    values = tl.where(is_payload | is_flag, values, 0)
-    tl.store(wire_ptr + w_off, values, mask=w_off < NB * BE)
+def _first_word(row, c, NB: tl.constexpr, CB: tl.constexpr):
+    """``dc``: number ``k`` (u32, ``[CB, 1]``) of word 0 of each block of chunk ``c`` of row ``row``."""
+    b = c * CB + tl.arange(0, CB)[:, None]
+    return ((row.to(tl.int64) * NB + b) * 2).to(tl.uint32)
 
 
 @triton.jit
-def copy_row(src_ptr, wire_ptr, epoch, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
-             NB: tl.constexpr, CB: tl.constexpr):
+def put_tile(wire_ptr, values, c, epoch, row, HIDDEN: tl.constexpr, BE: tl.constexpr,
+             FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
+             SENTINEL: tl.constexpr):
+    """Store chunk ``c`` of row ``row`` whose payload elements are ``values`` (``[CB, BE]`` of the
+    wire's integer type, at the tile's payload offsets) into the wire row at ``wire_ptr``, flags and
+    masks included. Returns what the batch record needs: ``dc`` the tile's checksum lanes ``(A, B)``;
+    ``sp`` (as ``A``) how many blocks carry the sentinel; zeros otherwise."""
+    w_off, _, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB)
+    dt: tl.constexpr = wire_ptr.dtype.element_ty
+    bits: tl.constexpr = dt.primitive_bitwidth
+    if FE > 0:
+        flags = flag_bits(epoch, BE, FE, bits).to(dt)
+        values = tl.where(is_flag, flags, values)
+    values = tl.where(is_payload | is_flag, values, 0)
+    lane_a = tl.zeros([], dtype=tl.uint32)
+    lane_b = tl.zeros([], dtype=tl.uint32)
+    in_row = (c * CB + tl.arange(0, CB)[:, None]) < NB
+    if MODE == DC:
+        first = _first_word(row, c, NB, CB)
+        values = ck.mask_tile(values, first, ck.digest(epoch), bits)
+        w0, w1 = ck.marker_words(values, bits)
+        lane_a, lane_b = ck.lanes(w0, w1, tl.reshape(first, [CB]), tl.reshape(in_row, [CB]))
+    if MODE == SP:
+        lane_a = ck.collides(values, in_row, SENTINEL, bits).to(tl.uint32)
+    tl.store(wire_ptr + w_off, values, mask=w_off < NB * BE)
+    return lane_a, lane_b
+
+
+@triton.jit
+def copy_row(src_ptr, wire_ptr, epoch, row, HIDDEN: tl.constexpr, BE: tl.constexpr,
+             FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
+             SENTINEL: tl.constexpr):
     """The wire image of the row at ``src_ptr`` (``HIDDEN`` elements, same integer type) at
-    ``wire_ptr``."""
+    ``wire_ptr``, as row ``row`` of its batch; returns the sums of :func:`put_tile`'s results."""
+    lane_a = tl.zeros([], dtype=tl.uint32)
+    lane_b = tl.zeros([], dtype=tl.uint32)
     for c in range(0, tl.cdiv(NB, CB)):
         _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB)
         values = tl.load(src_ptr + p_off, mask=is_payload, other=0)
-        put_tile(wire_ptr, values, c, epoch, HIDDEN, BE, FE, NB, CB)
+        a, b = put_tile(wire_ptr, values, c, epoch, row, HIDDEN, BE, FE, NB, CB, MODE, SENTINEL)
+        lane_a += a
+        lane_b += b
+    return lane_a, lane_b
 
 
 @triton.jit
@@ -110,10 +143,14 @@ def wait_row(wire_ptr, epoch, timeout_ns, err_addr, code, peer, BE: tl.constexpr
 
 
 @triton.jit
-def load_tile(wire_ptr, c, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
-              NB: tl.constexpr, CB: tl.constexpr):
-    """Chunk ``c`` of an arrived wire row: ``(values [CB, BE], payload offsets, is_payload)``; the
-    loads bypass L1, which may hold lines from before the peer wrote."""
+def load_tile(wire_ptr, c, epoch, row, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
+              NB: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr):
+    """Chunk ``c`` of arrived wire row ``row``: ``(values [CB, BE], payload offsets, is_payload)``,
+    ``dc`` markers decoded; the loads bypass L1, which may hold lines from before the peer wrote."""
     w_off, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB)
     values = tl.load(wire_ptr + w_off, mask=is_payload, other=0, cache_modifier=".cg")
+    if MODE == DC:
+        bits: tl.constexpr = wire_ptr.dtype.element_ty.primitive_bitwidth
+        values = ck.mask_tile(values, _first_word(row, c, NB, CB), ck.digest(epoch), bits)
+        values = tl.where(is_payload, values, 0)
     return values, p_off, is_payload
