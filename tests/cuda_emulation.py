@@ -18,10 +18,17 @@ from types import SimpleNamespace
 
 import torch
 
-from tests.workers import DTYPES, Case, _apply_experts, _check_equal, _zero_padding, case_inputs
-from ubep import oracle, protocol, workloads
-
-INT_VIEW = {2: torch.int16, 4: torch.int32}
+from tests.workers import (
+    DTYPES,
+    Case,
+    _apply_experts,
+    _check_equal,
+    _zero_padding,
+    case_inputs,
+    check_bits,
+    with_sentinel,
+)
+from ubep import oracle, workloads
 
 
 def emulated_backends(case: Case) -> list:
@@ -141,32 +148,6 @@ def emulated_case(_rank: int, _world: int, case: Case) -> None:
     _check_no_timeout(backends)
 
 
-def with_sentinel(x_TH: torch.Tensor) -> torch.Tensor:
-    """A copy of ``x_TH`` in which every third row carries ``sp``'s sentinel (candidate 0 of its
-    dtype) in the 8 marker bytes of one 128-byte block (block ``(t / 3) mod NB``): those rows
-    collide, so their batches complete through the fenced record."""
-    out = x_TH.clone()
-    es = x_TH.element_size()
-    bits = out.view(INT_VIEW[es])
-    per_block, marker = 128 // es, 8 // es
-    num_blocks = -(-x_TH.shape[1] // per_block)
-    sentinel = torch.tensor(protocol.sentinel_candidates(x_TH.dtype)[0]).to(bits.dtype)  # its bits
-    for t in range(0, x_TH.shape[0], 3):
-        start = (t // 3) % num_blocks * per_block
-        bits[t, start : start + marker] = sentinel
-    return out
-
-
-def _check_bits(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
-    """Equal bits, except that where ``want`` is NaN ``got`` only has to be NaN (sums of the
-    sentinel, a signaling NaN, are quiet NaNs whose payload the contract leaves open)."""
-    int_view = INT_VIEW[want.element_size()]
-    same = got.shape == want.shape and bool(
-        ((got.view(int_view) == want.view(int_view)) | (got.isnan() & want.isnan())).all())
-    if not same:
-        raise AssertionError(f"{name} differs from the oracle")
-
-
 def emulated_sentinel_case(_rank: int, _world: int, case: Case, calls: int) -> None:
     """``sp`` with rows that hold the sentinel where a receiver looks for it, in every other call
     (so a slot whose batch took the fenced record is reused by one that did not): dispatch, combine
@@ -186,7 +167,7 @@ def emulated_sentinel_case(_rank: int, _world: int, case: Case, calls: int) -> N
             if cfg.layout == "padded":
                 want_x = oracle.to_padded(want_x, want_tpe, cfg.expert_capacity)
                 recv_x = _zero_padding(recv_x, handle.tokens_per_expert)
-            _check_bits(f"call {call}: rank {rank} recv_x", recv_x, want_x)
+            check_bits(f"call {call}: rank {rank} recv_x", recv_x, want_x)
         _check_idle(backends, f"call {call}: dispatch")
         handles = [h for _, _, h in dispatched]
         outs = oracle.expert_outputs(idxs, lambda s, t, k, e, xs=xs: xs[s][t])
@@ -196,7 +177,7 @@ def emulated_sentinel_case(_rank: int, _world: int, case: Case, calls: int) -> N
             for rank, y in enumerate(ys):
                 want = oracle.combine(outs, idxs, ws, rank, world, cfg.num_experts, reduce, weighted,
                                       cfg.hidden, cfg.dtype)
-                _check_bits(f"call {call}: rank {rank} combine({reduce})", y, want)
+                check_bits(f"call {call}: rank {rank} combine({reduce})", y, want)
             _check_idle(backends, f"call {call}: combine({reduce})")
         resent = lockstep([b.dispatch_like_steps(x, h) for b, x, h in zip(backends, xs, handles,
                                                                          strict=True)])
@@ -204,6 +185,6 @@ def emulated_sentinel_case(_rank: int, _world: int, case: Case, calls: int) -> N
             want_rows, want_tpe, _ = oracle.dispatch(xs, idxs, ws, rank, world, cfg.num_experts)
             if cfg.layout == "padded":
                 want_rows = oracle.to_padded(want_rows, want_tpe, cfg.expert_capacity)
-            _check_bits(f"call {call}: rank {rank} dispatch_like", rows, want_rows)
+            check_bits(f"call {call}: rank {rank} dispatch_like", rows, want_rows)
         _check_idle(backends, f"call {call}: dispatch_like")
     _check_no_timeout(backends)
