@@ -1,4 +1,4 @@
-"""The CUDA backend's combine: one kernel of two program groups that run at once.
+"""The CUDA backend's combine: one kernel of two program groups (three in ``dc``) that run at once.
 
 - send group (``n_send`` programs, received (source, token) items strided over them):
   ``reduce="source"`` sends each pair's output row home, to slot ``t * K + k`` of the source's back

@@ -1,4 +1,4 @@
-"""The CUDA backend's dispatch: one kernel whose programs split into three groups that run at once.
+"""The CUDA backend's dispatch: one kernel whose programs split into groups that run at once.
 
 - count group (``n_count`` programs, experts strided over them): each expert's pair count and the
   stable order of each of its pairs (``ubep.layout.local_order``), written as *route entries*
@@ -9,12 +9,12 @@
   format of the sync mode (``wire``); in ``sw`` the senders count as writers too, so the record
   also says that every row has landed; in ``dc`` / ``sp`` the group's last program writes each
   destination's batch record (``records``);
-- receive group (``n_recv`` programs): waits for every source's record, turns the count matrix into
-  the first receive row of each (source, local expert) (``ubep.layout.row_base``), then copies each
-  staged token into the receive rows of its pairs as soon as that token has arrived (``sp``: then
-  writes the sentinel back). In ``dc`` the group starts with ``W`` verifiers, one per source, that
-  poll until the source's staged batch matches its checksum; the receivers, all of higher ids, wait
-  for every verifier before they copy (``verify``).
+- verify group (``dc`` only, ``W`` programs, ids between the token and receive groups): verifier
+  ``s`` polls until source ``s``'s staged batch matches its checksum (``verify``);
+- receive group (``n_recv`` programs): waits for every source's record (``dc``: and every
+  verifier), turns the count matrix into the first receive row of each (source, local expert)
+  (``ubep.layout.row_base``), then copies each staged token into the receive rows of its pairs as
+  soon as that token has arrived (``sp``: then writes the sentinel back).
 
 No grid-wide barrier: the groups meet only through the records and the rows' own arrival rule. The
 compact layout runs the kernel twice in one call (counts first; the host then sizes the output), the
