@@ -5,6 +5,10 @@ The backend's symmetric buffers become host tensors that every emulated rank add
 same base-address tables, and the backend runs ``phased`` (each group that waits for peers gets a
 launch of its own), so every rank runs its writers before any rank waits. Run only in a process whose
 environment had ``TRITON_INTERPRET=1`` before Triton was imported (tests/test_cuda_emulated.py).
+
+Every launch runs its programs one after another in id order, so a program that waited for a higher
+id would find nothing (the interpreter has no timer: a wait checks once and reports a timeout);
+``dc``'s verifiers run before the receivers that wait for them.
 """
 
 from __future__ import annotations
@@ -14,7 +18,16 @@ from types import SimpleNamespace
 
 import torch
 
-from tests.workers import DTYPES, Case, _apply_experts, _check_equal, _zero_padding, case_inputs
+from tests.workers import (
+    DTYPES,
+    Case,
+    _apply_experts,
+    _check_equal,
+    _zero_padding,
+    case_inputs,
+    check_bits,
+    with_sentinel,
+)
 from ubep import oracle, workloads
 
 
@@ -68,6 +81,26 @@ def lockstep(steps: list) -> list:
     return results
 
 
+def _check_idle(backends: list, after: str) -> None:
+    """``sp``: every 128-byte block of every rank's staging and back buffers holds the sentinel in
+    its two marker words again (each consumed row was reset)."""
+    if backends[0].config.sync != "sp":
+        return
+    from ubep.backends.cuda.wire import BLOCK_BYTES
+
+    for rank, backend in enumerate(backends):
+        idle = torch.tensor(backend.sentinel, dtype=torch.int64).to(torch.int32)
+        for name in ("stage", "back"):
+            markers = backend.sym[name].local.view(torch.int32).view(-1, BLOCK_BYTES // 4)[:, :2]
+            if not bool((markers == idle).all()):
+                raise AssertionError(f"rank {rank} {name}: markers not reset after {after}")
+
+
+def _check_no_timeout(backends: list) -> None:
+    for rank, backend in enumerate(backends):
+        assert backend.errors.tolist() == [0, 0, 0], f"rank {rank} timed out: {backend.errors}"
+
+
 def emulated_case(_rank: int, _world: int, case: Case) -> None:
     """Dispatch, combine (both reductions, weighted or not), ``dispatch_like`` and
     ``return_pair_values`` of ``case`` on emulated ranks, each equal to the oracle."""
@@ -76,6 +109,7 @@ def emulated_case(_rank: int, _world: int, case: Case) -> None:
     xs, idxs, ws = (list(v) for v in zip(*[case_inputs(case, s) for s in range(world)], strict=True))
     dispatched = lockstep([b.dispatch_steps(x, i, w) for b, x, i, w in zip(backends, xs, idxs, ws,
                                                                              strict=True)])
+    _check_idle(backends, "dispatch")
     outs = oracle.expert_outputs(
         idxs, lambda s, t, k, e: workloads.scale_expert(xs[s][t : t + 1], e)[0])
     gys = [workloads.origin_tokens(s + 17, len(i), cfg.hidden, cfg.dtype) for s, i in enumerate(idxs)]
@@ -98,10 +132,12 @@ def emulated_case(_rank: int, _world: int, case: Case) -> None:
             want = oracle.combine(outs, idxs, ws, rank, world, cfg.num_experts, reduce, weighted,
                                   cfg.hidden, cfg.dtype)
             _check_equal(f"rank {rank} combine({reduce}, weighted={weighted})", y, want)
+        _check_idle(backends, f"combine({reduce}, weighted={weighted})")
     resent = lockstep([b.dispatch_like_steps(gy, h) for b, gy, h in zip(backends, gys, handles,
                                                                       strict=True)])
     returned = lockstep([b.return_pair_values_steps(recv_w.reshape(-1), h)
                          for b, (_, recv_w, h) in zip(backends, dispatched, strict=True)])
+    _check_idle(backends, "dispatch_like and return_pair_values")
     for rank, (rows, values) in enumerate(zip(resent, returned, strict=True)):
         want_rows, want_tpe, _ = oracle.dispatch(gys, idxs, ws, rank, world, cfg.num_experts)
         if cfg.layout == "padded":
@@ -109,5 +145,46 @@ def emulated_case(_rank: int, _world: int, case: Case) -> None:
         _check_equal(f"rank {rank} dispatch_like", rows, want_rows)
         _check_equal(f"rank {rank} return_pair_values", values,
                      torch.where(idxs[rank] >= 0, ws[rank], torch.zeros(())))
-    for rank, backend in enumerate(backends):
-        assert backend.errors.tolist() == [0, 0, 0], f"rank {rank} timed out: {backend.errors}"
+    _check_no_timeout(backends)
+
+
+def emulated_sentinel_case(_rank: int, _world: int, case: Case, calls: int) -> None:
+    """``sp`` with rows that hold the sentinel where a receiver looks for it, in every other call
+    (so a slot whose batch took the fenced record is reused by one that did not): dispatch, combine
+    of the same rows (identity experts, so the rows going back collide too) and ``dispatch_like``,
+    equal to the oracle bit for bit (NaN sums: NaN), every slot idle again after each call."""
+    backends = emulated_backends(case)
+    world, cfg = len(backends), backends[0].config
+    inputs = [case_inputs(case, s) for s in range(world)]
+    for call in range(calls):
+        xs, idxs, ws = (list(v) for v in zip(*inputs, strict=True))
+        if call % 2 == 0:
+            xs = [with_sentinel(x) for x in xs]
+        dispatched = lockstep([b.dispatch_steps(x, i, w)
+                               for b, x, i, w in zip(backends, xs, idxs, ws, strict=True)])
+        for rank, (recv_x, _, handle) in enumerate(dispatched):
+            want_x, want_tpe, _ = oracle.dispatch(xs, idxs, ws, rank, world, cfg.num_experts)
+            if cfg.layout == "padded":
+                want_x = oracle.to_padded(want_x, want_tpe, cfg.expert_capacity)
+                recv_x = _zero_padding(recv_x, handle.tokens_per_expert)
+            check_bits(f"call {call}: rank {rank} recv_x", recv_x, want_x)
+        _check_idle(backends, f"call {call}: dispatch")
+        handles = [h for _, _, h in dispatched]
+        outs = oracle.expert_outputs(idxs, lambda s, t, k, e, xs=xs: xs[s][t])
+        for reduce, weighted in (("source", False), ("expert_rank", True)):
+            ys = lockstep([b.combine_steps(recv_x, h, reduce, weighted)
+                           for b, (recv_x, _, h) in zip(backends, dispatched, strict=True)])
+            for rank, y in enumerate(ys):
+                want = oracle.combine(outs, idxs, ws, rank, world, cfg.num_experts, reduce, weighted,
+                                      cfg.hidden, cfg.dtype)
+                check_bits(f"call {call}: rank {rank} combine({reduce})", y, want)
+            _check_idle(backends, f"call {call}: combine({reduce})")
+        resent = lockstep([b.dispatch_like_steps(x, h) for b, x, h in zip(backends, xs, handles,
+                                                                         strict=True)])
+        for rank, rows in enumerate(resent):
+            want_rows, want_tpe, _ = oracle.dispatch(xs, idxs, ws, rank, world, cfg.num_experts)
+            if cfg.layout == "padded":
+                want_rows = oracle.to_padded(want_rows, want_tpe, cfg.expert_capacity)
+            check_bits(f"call {call}: rank {rank} dispatch_like", rows, want_rows)
+        _check_idle(backends, f"call {call}: dispatch_like")
+    _check_no_timeout(backends)

@@ -11,15 +11,16 @@ import pytest
 import torch
 
 from tests.test_dispatch_combine import cases_for
-from tests.workers import graph_replay_case, run_cases, stress_case, timeout_case
+from tests.workers import graph_replay_case, run_cases, sentinel_case, stress_case, timeout_case
 from ubep.launch import run_ranks
 
 pytestmark = pytest.mark.cuda
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 WORLDS = [w for w in (1, 2, 4, 8) if w <= max(GPUS, 2)]
+SYNC_MODES = ["sw", "tff", "dc", "sp"]
 
 
-@pytest.mark.parametrize(("backend", "sync"), [("reference", "tff"), ("cuda", "sw"), ("cuda", "tff")])
+@pytest.mark.parametrize(("backend", "sync"), [("reference", "tff")] + [("cuda", m) for m in SYNC_MODES])
 @pytest.mark.parametrize("world", WORLDS)
 def test_matches_oracle(world, backend, sync):
     if world > GPUS:
@@ -30,7 +31,7 @@ def test_matches_oracle(world, backend, sync):
 
 @pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")
 @pytest.mark.parametrize("layout", ["compact", "padded"])
-@pytest.mark.parametrize("sync", ["sw", "tff"])
+@pytest.mark.parametrize("sync", SYNC_MODES)
 def test_stress_has_no_mismatch(sync, layout):
     """2000 calls with random data, routing and per-rank delays, reusing the buffers."""
     mismatches = run_ranks(stress_case, 2, sync, layout, 2000, pg_backend="nccl", timeout_s=600)
@@ -38,15 +39,28 @@ def test_stress_has_no_mismatch(sync, layout):
 
 
 @pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")
-def test_wait_times_out_with_a_clear_error():
-    message = run_ranks(timeout_case, 2, pg_backend="nccl", timeout_s=120)[0]
-    assert "ubep rank 0: phase 'dispatch: wait for counts and routes'" in message, message
+@pytest.mark.parametrize("layout", ["compact", "padded"])
+def test_sp_rows_holding_the_sentinel_complete(layout):
+    """Rows whose markers equal the sentinel in every other call: the fenced record completes them,
+    bit for bit, and the slots keep working afterwards."""
+    run_ranks(sentinel_case, 2, layout, 40, pg_backend="nccl", timeout_s=300)
+
+
+@pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")
+@pytest.mark.parametrize("sync", SYNC_MODES)
+def test_wait_times_out_with_a_clear_error(sync):
+    message = run_ranks(timeout_case, 2, sync, pg_backend="nccl", timeout_s=120)[0]
+    # in dc the verifiers then poll for rank 1's checksum one timeout longer, and report that
+    phases = ["dispatch: wait for counts and routes"] + (["dispatch: wait for tokens"] if sync == "dc"
+                                                         else [])
+    assert any(f"ubep rank 0: phase '{p}'" in message for p in phases), message
     assert "waiting on rank 1" in message and "did not complete within 1 s" in message, message
 
 
 @pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")
-def test_padded_layout_replays_in_a_cuda_graph():
-    run_ranks(graph_replay_case, 2, pg_backend="nccl", timeout_s=300)
+@pytest.mark.parametrize("sync", SYNC_MODES)
+def test_padded_layout_replays_in_a_cuda_graph(sync):
+    run_ranks(graph_replay_case, 2, sync, pg_backend="nccl", timeout_s=300)
 
 
 @pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")

@@ -12,9 +12,11 @@ triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from ubep.backends.cuda import checksum, wire  # noqa: E402
 from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
-from ubep.backends.cuda import wire  # noqa: E402
+
+MODES = list(wire.MODE_CODES)
 
 TARGET = GPUTarget("cuda", 90, 32)
 POINTERS = {
@@ -47,7 +49,8 @@ def _compile(fn, pointers, constants) -> Counter:
 
 def _rows(mode, hidden, elem_bytes):
     be, fe, nb = wire.geometry(mode, hidden, elem_bytes)
-    return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "CB": min(32, triton.next_power_of_2(nb))}
+    return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "NB_BLOCK": triton.next_power_of_2(nb),
+            "CB": min(32, triton.next_power_of_2(nb))}
 
 
 def _assert_rows_move_in_16_bytes(ops: Counter) -> None:
@@ -57,18 +60,23 @@ def _assert_rows_move_in_16_bytes(ops: Counter) -> None:
     assert not [op for op in ops if op.endswith(".b16")], ops
 
 
-@pytest.mark.parametrize("mode", ["sw", "tff"])
+def _mode(mode, dtype):
+    return {"MODE": wire.MODE_CODES[mode],
+            "SENTINEL": checksum.sentinel_word(dtype) if mode == "sp" else 0}
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(("like", "replicate"), [(False, False), (False, True), (True, True)])
 def test_dispatch_compiles(mode, like, replicate):
     constants = {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
-                 "PAIR_BLOCK": 1024, "LIKE": like,
-                 "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate, "FINAL": replicate,
-                 "PROFILE": replicate, "COUNTS_FIRST": mode == "tff" and not like,
-                 **_rows(mode, 7168, 2)}
+                 "PAIR_BLOCK": 1024, **_mode(mode, torch.bfloat16), "LIKE": like,
+                 "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate,
+                 "VERIFY": replicate and mode == "dc", "FINAL": replicate, "PROFILE": replicate,
+                 "COUNTS_FIRST": mode == "tff" and not like, **_rows(mode, 7168, 2)}
     _assert_rows_move_in_16_bytes(_compile(dk.dispatch, POINTERS["dispatch"], constants))
 
 
-@pytest.mark.parametrize("mode", ["sw", "tff"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(("partial", "gather"), [(False, False), (True, False), (False, True)])
 def test_combine_compiles(mode, partial, gather):
     pointers = dict(POINTERS["combine"])
@@ -77,9 +85,10 @@ def test_combine_compiles(mode, partial, gather):
         pointers.update(out_ptr="*fp32", out_bits_ptr="*i32", y_ptr="*fp32")
         rows = _rows(mode, 1, torch.float32.itemsize)
     constants = {"WORLD": 8, "W_BLOCK": 8, "E_LOCAL": 32, "TOP_K": 8, "K_BLOCK": 8,
-                 "MODE": wire.MODE_CODES[mode],
+                 **_mode(mode, torch.bfloat16),
                  "PARTIAL": partial, "WEIGHTED": partial, "SUM_WEIGHTED": not partial and not gather,
-                 "GATHER": gather, "FINAL": not gather, "PROFILE": partial, **rows}
+                 "GATHER": gather, "VERIFY": mode == "dc", "FINAL": not gather, "PROFILE": partial,
+                 **rows}
     ops = _compile(ck.combine, pointers, constants)
     if not gather:
         _assert_rows_move_in_16_bytes(ops)

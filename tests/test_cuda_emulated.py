@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.cuda_emulation import emulated_case
+from tests.cuda_emulation import emulated_case, emulated_sentinel_case
 from tests.workers import Case
 from ubep.launch import run_ranks
 
@@ -24,11 +24,33 @@ CASES = [
          maxvio=1.0, seed=2, sync="tff"),
     Case(tokens=(6, 2), hidden=136, num_experts=4, top_k=2, dtype="fp32", layout="padded",
          sync="sw", seed=3),
+    Case(tokens=(4, 0, 6), hidden=40, num_experts=6, top_k=3, dtype="fp32", sync="dc", drop=0.25,
+         seed=1),
+    Case(tokens=(7, 7), hidden=16, num_experts=8, top_k=4, dtype="fp16", layout="padded",
+         maxvio=1.0, seed=2, sync="dc"),
+    Case(tokens=(6, 2), hidden=136, num_experts=4, top_k=2, dtype="fp32", layout="padded",
+         sync="dc", drop=0.25, seed=3),
+    Case(tokens=(5, 3), hidden=24, num_experts=8, top_k=2, dtype="fp32", sync="sp", drop=0.25),
+    Case(tokens=(4, 0, 6), hidden=136, num_experts=6, top_k=3, dtype="fp16", layout="padded",
+         sync="sp", seed=1),
+]
+# sp rows holding the sentinel: fp32 rows of 2 blocks, fp16 rows of 3 (the last one padded)
+SENTINEL_CASES = [
+    Case(tokens=(7, 0, 5), hidden=40, num_experts=6, top_k=2, dtype="fp32", sync="sp", drop=0.25,
+         seed=4),
+    Case(tokens=(8, 6), hidden=136, num_experts=8, top_k=3, dtype="fp16", layout="padded",
+         sync="sp", seed=5),
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"W{len(c.tokens)}-{c.layout}-{c.sync}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"W{len(c.tokens)}-{c.layout}-{c.dtype}-{c.sync}")
 def test_emulated_ranks_match_oracle(case, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # inherited by the spawned process
     run_ranks(emulated_case, 1, case, timeout_s=600)
     assert os.environ["TRITON_INTERPRET"] == "1"
+
+
+@pytest.mark.parametrize("case", SENTINEL_CASES, ids=lambda c: f"W{len(c.tokens)}-{c.layout}-{c.dtype}")
+def test_emulated_sp_rows_holding_the_sentinel(case, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    run_ranks(emulated_sentinel_case, 1, case, 3, timeout_s=600)

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 import torch
 
 import ubep
-from ubep import oracle, workloads
+from ubep import oracle, protocol, workloads
 from ubep.reduce import ordered_sum
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+INT_VIEW = {2: torch.int16, 4: torch.int32}
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,33 @@ def _check_equal(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
             f"max |diff| {(got.double() - want.double()).abs().max().item():.3g}")
         raise AssertionError(f"{name} differs from the oracle ({diff}): got {tuple(got.shape)} "
                              f"{got.dtype}, want {tuple(want.shape)} {want.dtype}")
+
+
+def check_bits(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
+    """Equal bits, except that where ``want`` is NaN ``got`` only has to be NaN (sums of the ``sp``
+    sentinel, a signaling NaN, are quiet NaNs whose payload the contract leaves open)."""
+    got = got.cpu()
+    int_view = INT_VIEW[want.element_size()]
+    same = got.shape == want.shape and bool(
+        ((got.view(int_view) == want.view(int_view)) | (got.isnan() & want.isnan())).all())
+    if not same:
+        raise AssertionError(f"{name} differs from the oracle")
+
+
+def with_sentinel(x_TH: torch.Tensor) -> torch.Tensor:
+    """A copy of ``x_TH`` in which every third row carries ``sp``'s sentinel (candidate 0 of its
+    dtype) in the 8 marker bytes of one 128-byte block (block ``(t / 3) mod NB``): those rows
+    collide, so their batches complete through the fenced record."""
+    out = x_TH.clone()
+    es = x_TH.element_size()
+    bits = out.view(INT_VIEW[es])
+    per_block, marker = 128 // es, 8 // es
+    num_blocks = -(-x_TH.shape[1] // per_block)
+    sentinel = torch.tensor(protocol.sentinel_candidates(x_TH.dtype)[0]).to(bits.dtype)  # its bits
+    for t in range(0, x_TH.shape[0], 3):
+        start = (t // 3) % num_blocks * per_block
+        bits[t, start : start + marker] = sentinel
+    return out
 
 
 def run_case(rank: int, world_size: int, case: Case) -> dict:
@@ -192,7 +220,7 @@ def run_cases(rank: int, world_size: int, cases: list[Case]) -> list[dict]:
     return results
 
 
-def graph_replay_case(rank: int, world_size: int) -> None:
+def graph_replay_case(rank: int, world_size: int, sync: str) -> None:
     """The CUDA backend's padded layout captured in a CUDA graph: replays on new inputs equal eager
     calls bit for bit (no host synchronization inside dispatch or combine)."""
     dev = torch.device("cuda", torch.cuda.current_device())
@@ -200,7 +228,7 @@ def graph_replay_case(rank: int, world_size: int) -> None:
                 maxvio=1.0)
     buf = ubep.Buffer(hidden=case.hidden, num_experts=case.num_experts, top_k=case.top_k,
                       max_tokens_per_rank=24, dtype=torch.bfloat16, layout="padded",
-                      backend="cuda", check_inputs=False)
+                      backend="cuda", sync=sync, check_inputs=False)
     x, idx, w = (t.to(dev) for t in case_inputs(case, rank))
 
     def step():
@@ -267,11 +295,11 @@ def stress_case(rank: int, world_size: int, sync: str, layout: str, iters: int) 
     return int(mismatches)
 
 
-def timeout_case(rank: int, world_size: int) -> str:
+def timeout_case(rank: int, world_size: int, sync: str) -> str:
     """Rank 0 dispatches alone: its wait for rank 1 must end in an EPCommError, not a hang."""
     dev = torch.device("cuda", torch.cuda.current_device())
     buf = ubep.Buffer(hidden=64, num_experts=4, top_k=2, max_tokens_per_rank=8,
-                      dtype=torch.bfloat16, layout="padded", backend="cuda", timeout_s=1)
+                      dtype=torch.bfloat16, layout="padded", backend="cuda", sync=sync, timeout_s=1)
     message = ""
     if rank == 0:
         idx = torch.tensor([[0, 3]] * 8, device=dev)
@@ -283,3 +311,37 @@ def timeout_case(rank: int, world_size: int) -> str:
             message = str(err)
     torch.distributed.barrier()
     return message
+
+
+def sentinel_case(rank: int, world_size: int, layout: str, iters: int) -> None:
+    """``sp`` on the CUDA backend with rows that hold the sentinel where a receiver looks for it
+    (:func:`with_sentinel`), in every other call: those batches complete through the fenced record.
+    Dispatch and combine (identity experts, so the rows going back collide too) equal the oracle bit
+    for bit (NaN sums: NaN)."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    experts, hidden, top_k, tm = 4 * world_size, 264, 2, 24
+    buf = ubep.Buffer(hidden=hidden, num_experts=experts, top_k=top_k, max_tokens_per_rank=tm,
+                      dtype=torch.bfloat16, layout=layout, sync="sp", backend="cuda",
+                      check_inputs=False, timeout_s=20)
+    variants = []
+    for v in range(2):
+        case = Case(tokens=(tm,) * world_size, hidden=hidden, num_experts=experts, top_k=top_k, seed=v)
+        xs, idxs, ws = (list(t) for t in zip(*[case_inputs(case, s) for s in range(world_size)],
+                                              strict=True))
+        if v:
+            xs = [with_sentinel(x) for x in xs]
+        want_x, want_tpe, _ = oracle.dispatch(xs, idxs, ws, rank, world_size, experts)
+        outs = oracle.expert_outputs(idxs, lambda s, t, k, e, xs=xs: xs[s][t])
+        want_y = oracle.combine(outs, idxs, ws, rank, world_size, experts, "source", True, hidden,
+                                torch.bfloat16)
+        variants.append(((xs[rank].to(dev), idxs[rank].to(dev), ws[rank].to(dev)), want_x,
+                         want_tpe.tolist(), want_y))
+    for i in range(iters):
+        (x, idx, w), want_x, want_tpe, want_y = variants[i % 2]
+        res = buf.dispatch(x, idx, w)
+        recv = res.recv_x
+        if layout == "padded":
+            recv = torch.cat([recv[j, :n] for j, n in enumerate(want_tpe)])
+        check_bits(f"call {i}: recv_x", recv, want_x)
+        check_bits(f"call {i}: y", buf.combine(res.recv_x, res.handle), want_y)
+    buf.synchronize()

@@ -17,7 +17,7 @@ from ubep.backends.reference import ReferenceBackend
 from ubep.config import REDUCTIONS, EPConfig
 
 BACKENDS = ("auto", "reference", "cuda", "ascend")
-CUDA_SYNC_MODES = ("sw", "tff")
+CUDA_SYNC_MODES = ("sw", "tff", "dc", "sp")
 _DEVICE_OF_PG_BACKEND = {"gloo": "cpu", "nccl": "cuda", "hccl": "npu"}
 
 
@@ -68,8 +68,7 @@ def _make_backend(name: str, config: EPConfig, group, device: torch.device) -> B
             raise ValueError(f"num_experts must be <= 1024 for backend='cuda', got "
                              f"{config.num_experts}")
         if config.sync not in CUDA_SYNC_MODES:
-            raise ValueError(f"sync must be one of {CUDA_SYNC_MODES} for backend='cuda' (dc and sp "
-                             f"run on the reference and ascend backends only, for now), got "
+            raise ValueError(f"sync must be one of {CUDA_SYNC_MODES} for backend='cuda', got "
                              f"{config.sync!r}")
         if device.type != "cuda":
             raise ValueError(f"backend='cuda' needs CUDA tensors, but the buffer's device is {device}")

@@ -5,7 +5,7 @@ host synchronization that sizes its output) and a combine is one kernel (``combi
 program groups run at once and meet only through per-source records and per-row arrival rules
 (``sync``, ``wire``): no barrier, no host synchronization in the padded layout, so a dispatch and a
 combine can be captured in a CUDA graph and replayed. Results equal the reference backend's bit for
-bit in every sync mode.
+bit in every sync mode (``sw``, ``tff``, ``dc``, ``sp``; ``ubep.protocol``).
 
 Each direction has its own buffer set (symmetric buffers with two slots by call parity, and device
 epoch words): dispatch and ``dispatch_like`` share one, combine and ``return_pair_values`` the other.
@@ -15,16 +15,16 @@ constants calibrated from in-kernel stamps (``ubep.backends.cuda.stamps``) first
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
 import triton
 
 from ubep.backends.base import Backend, EPCommError, Handle
+from ubep.backends.cuda import checksum, records, sync, wire
 from ubep.backends.cuda import combine_kernels as ck
 from ubep.backends.cuda import dispatch_kernels as dk
-from ubep.backends.cuda import sync, wire
 from ubep.backends.cuda.stamps import LaunchStamps
 from ubep.backends.cuda.symm import SymmetricBuffer, enable_for
 from ubep.config import EPConfig
@@ -61,15 +61,17 @@ class Routes:
 
 @dataclass(frozen=True)
 class Workers:
-    """Programs per group of one launch (each program is one thread block on one SM)."""
+    """Programs per group of one launch (each program is one thread block on one SM); ``verify``:
+    ``dc``'s verifiers (0 or ``W``), placed just before the receivers."""
 
     count: int
     send: int
     recv: int
+    verify: int = 0
 
     @property
     def total(self) -> int:
-        return self.count + self.send + self.recv
+        return self.count + self.send + self.verify + self.recv
 
 
 class CudaBackend(Backend):
@@ -83,6 +85,8 @@ class CudaBackend(Backend):
         w, tm, k, el = cfg.world_size, cfg.max_tokens_per_rank, cfg.top_k, cfg.num_local_experts
         es = cfg.dtype.itemsize
         self.mode = wire.MODE_CODES[cfg.sync]
+        # sp's marker word; the same in every view of the rows (the gate-weight gradient moves fp32)
+        self.sentinel = checksum.sentinel_word(cfg.dtype) if cfg.sync == "sp" else 0
         self.int_view = INT_VIEW[es]
         self.rows_max = max(tm * k, w * tm)
         be, fe, nb = wire.geometry(cfg.sync, cfg.hidden, es)
@@ -90,17 +94,22 @@ class CudaBackend(Backend):
         shapes = {
             "stage": ((2, w, tm, nb * be), self.int_view), "route": ((2, w, tm * k, 4), i64),
             "count": ((2, w, el + 1), i64), "sig": ((2, w), i64),
-            "ack": ((w,), i64), "back": ((2, self.rows_max, nb * be), self.int_view),
-            "back_sig": ((2, w), i64), "back_ack": ((w,), i64),
+            "ack": ((w,), i64), "rec": ((2, w, 2), i64),
+            "back": ((2, self.rows_max, nb * be), self.int_view),
+            "back_sig": ((2, w), i64), "back_ack": ((w,), i64), "back_rec": ((2, w, 2), i64),
         }
         self.sym = {name: SymmetricBuffer(shape, dtype, group, device)
                     for name, (shape, dtype) in shapes.items()}
         for buf in self.sym.values():
             buf.local.zero_()  # epoch 0 is never used: zeroed flags and records match no call
+        if cfg.sync == "sp":  # idle slots hold the sentinel in every 128-byte block's two marker words
+            fill = torch.tensor(self.sentinel, dtype=torch.int64).to(torch.int32)  # the u32's bits
+            for name in ("stage", "back"):
+                self.sym[name].local.view(torch.int32).view(-1, wire.BLOCK_BYTES // 4)[:, :2] = fill
         self.sym["sig"].barrier(int(cfg.timeout_s * 1000))  # every rank zeroed before any peer writes
         self.symmetric_bytes = sum(b.nbytes for b in self.sym.values())
-        self.dispatch_state = torch.zeros(sync.STATE_WORDS, dtype=i64, device=device)
-        self.combine_state = torch.zeros(sync.STATE_WORDS, dtype=i64, device=device)
+        self.dispatch_state = torch.zeros(records.state_words(w), dtype=i64, device=device)
+        self.combine_state = torch.zeros(records.state_words(w), dtype=i64, device=device)
         self.base = torch.empty(w, el, dtype=i64, device=device)
         # Written by timed-out waits, read by the host without a sync: pinned, device-addressable.
         self.errors = torch.zeros(3, dtype=i64, pin_memory=device.type == "cuda")
@@ -153,7 +162,8 @@ class CudaBackend(Backend):
     def _workers(self, num_tokens: int) -> Workers:
         cfg = self.config
         return Workers(count=min(cfg.num_experts, self.max_count),
-                       send=max(1, min(num_tokens, self.max_send)), recv=self.consumers)
+                       send=max(1, min(num_tokens, self.max_send)), recv=self.consumers,
+                       verify=cfg.world_size if cfg.sync == "dc" else 0)
 
     def programs(self, num_tokens: int) -> int:
         """Thread blocks of a dispatch of ``num_tokens`` tokens (at most that many SMs busy)."""
@@ -163,7 +173,9 @@ class CudaBackend(Backend):
         """Compile-time geometry of rows of ``hidden`` elements of ``elem_bytes`` bytes."""
         be, fe, nb = wire.geometry(self.config.sync, hidden, elem_bytes)
         chunk = min(triton.next_power_of_2(nb), max(1, CHUNK_BYTES // (be * elem_bytes)))
-        return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "CB": chunk}
+        # NB_BLOCK: the dc verifiers' and sp's marker-reset width (whole rows, not chunks)
+        return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "NB_BLOCK": triton.next_power_of_2(nb),
+                "CB": chunk}
 
     def _dispatch_launch(self, workers: Workers, x_bits, idx, weights, sent, out_bits, out_w, rows,
                          pair_w, tpe, *, like: bool, replicate: bool, final: bool) -> None:
@@ -173,8 +185,9 @@ class CudaBackend(Backend):
         capacity = cfg.expert_capacity if cfg.layout == "padded" else 0
         dk.dispatch[(workers.total,)](
             x_bits, idx, weights, x_bits.shape[0], sym["stage"].ptrs, sym["route"].ptrs,
-            sym["count"].ptrs, sym["sig"].ptrs, sym["ack"].ptrs, self.dispatch_state, self.base,
-            self._stamps("dispatch", (workers.count, workers.send, workers.recv)), sent,
+            sym["count"].ptrs, sym["sig"].ptrs, sym["ack"].ptrs, sym["rec"].ptrs, self.dispatch_state,
+            self.base,
+            self._stamps("dispatch", (workers.count, workers.send, workers.verify, workers.recv)), sent,
             out_bits, out_w, rows, pair_w, tpe, cfg.rank, cfg.max_tokens_per_rank, capacity,
             self.timeout_ns, self.errors.data_ptr(), workers.count, workers.send, workers.recv,
             writers, self.consumers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
@@ -182,8 +195,9 @@ class CudaBackend(Backend):
             L_BLOCK=triton.next_power_of_2(cfg.num_local_experts), TOP_K=cfg.top_k,
             K_BLOCK=self.k_block, PAIR_BLOCK=min(MAX_PAIR_BLOCK, triton.next_power_of_2(
                 cfg.max_tokens_per_rank * cfg.top_k)),
-            LIKE=like, RECORDS=(not like) or sw, REPLICATE=replicate, FINAL=final,
-            COUNTS_FIRST=not (like or sw) and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,
+            MODE=self.mode, SENTINEL=self.sentinel, LIKE=like, RECORDS=(not like) or sw,
+            REPLICATE=replicate, VERIFY=workers.verify > 0, FINAL=final,
+            COUNTS_FIRST=cfg.sync == "tff" and not like and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,
             PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
             **self._row_meta(cfg.hidden, cfg.dtype.itemsize))
 
@@ -192,12 +206,13 @@ class CudaBackend(Backend):
         """The combine kernel: one launch, or (``phased``) the senders, ``yield``, the reducers."""
         cfg = self.config
         workers = Workers(0, min(cfg.world_size * cfg.max_tokens_per_rank, MAX_COMBINE_SEND),
-                          self.consumers)
+                          self.consumers, verify=cfg.world_size if cfg.sync == "dc" else 0)
         if self.phased:
-            self._combine_launch(Workers(0, workers.send, 0), rows_RF, routes, num_tokens, source_w,
-                                 y, partial=partial, weighted=weighted, gather=gather, final=False)
+            self._combine_launch(replace(workers, recv=0, verify=0), rows_RF, routes, num_tokens,
+                                 source_w, y, partial=partial, weighted=weighted, gather=gather,
+                                 final=False)
             yield
-            workers = Workers(0, 0, workers.recv)
+            workers = replace(workers, send=0)
         self._combine_launch(workers, rows_RF, routes, num_tokens, source_w, y, partial=partial,
                              weighted=weighted, gather=gather, final=True)
 
@@ -205,16 +220,18 @@ class CudaBackend(Backend):
                         partial: bool, weighted: bool, gather: bool, final: bool) -> None:
         cfg, sym = self.config, self.sym
         bits = rows_RF.view(INT_VIEW[rows_RF.element_size()])
-        ck.combine[(workers.send + workers.recv,)](
+        ck.combine[(workers.total,)](
             rows_RF, bits, routes.rows_WMK, routes.weights_WMK, routes.idx_P, source_w,
             routes.sent_WT, num_tokens, sym["back"].ptrs, sym["back_sig"].ptrs, sym["back_ack"].ptrs,
-            self.combine_state, self._stamps("combine", (workers.send, workers.recv)), y, cfg.rank,
+            sym["back_rec"].ptrs, self.combine_state,
+            self._stamps("combine", (workers.send, workers.verify, workers.recv)), y, cfg.rank,
             cfg.max_tokens_per_rank, self.rows_max,
             self.timeout_ns, self.errors.data_ptr(), workers.send, workers.recv, self.consumers,
             WORLD=cfg.world_size, W_BLOCK=triton.next_power_of_2(cfg.world_size),
             E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,
-            PARTIAL=partial, WEIGHTED=weighted and partial,
-            SUM_WEIGHTED=weighted and not partial, GATHER=gather, FINAL=final,
+            SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
+            SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=workers.verify > 0,
+            FINAL=final,
             PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
             **self._row_meta(rows_RF.shape[1], rows_RF.element_size()))
 
@@ -240,7 +257,8 @@ class CudaBackend(Backend):
         pair_w = torch.empty(w, tm, k, dtype=torch.float32, device=dev)
         tpe = torch.empty(cfg.num_local_experts, dtype=torch.int64, device=dev)
         workers = self._workers(num_tokens)
-        writers, receivers = Workers(workers.count, workers.send, 0), Workers(0, 0, workers.recv)
+        writers = replace(workers, recv=0, verify=0)
+        receivers = replace(workers, count=0, send=0)
         common = (x_bits, idx, weights, sent)
         if cfg.layout == "padded":
             num_rows = cfg.num_local_experts * cfg.expert_capacity
@@ -263,7 +281,7 @@ class CudaBackend(Backend):
                                           final=False)
                     yield
                     writers = Workers(0, 0, 0)
-                self._dispatch_launch(Workers(writers.count, writers.send, 1), *common, *sizes,
+                self._dispatch_launch(replace(writers, recv=1), *common, *sizes,
                                       like=False, replicate=False, final=False)
                 num_rows = int(tpe.sum())  # the compact layout's one host synchronization
             out = x_TH.new_empty(num_rows, hidden)
@@ -290,13 +308,13 @@ class CudaBackend(Backend):
         args = (x_bits, routes.idx_P, routes.weights_WMK, routes.sent_WT, out.view(self.int_view),
                 routes.weights_WMK, routes.rows_WMK, routes.weights_WMK, handle.tokens_per_expert)
         with self.timer.phase("dispatch"):
+            workers = replace(workers, count=0)
             if self.phased:
-                self._dispatch_launch(Workers(0, workers.send, 0), *args, like=True, replicate=False,
-                                      final=False)
+                self._dispatch_launch(replace(workers, recv=0, verify=0), *args, like=True,
+                                      replicate=False, final=False)
                 yield
-                workers = Workers(0, 0, workers.recv)
-            self._dispatch_launch(Workers(0, workers.send, workers.recv), *args, like=True,
-                                  replicate=True, final=True)
+                workers = replace(workers, send=0)
+            self._dispatch_launch(workers, *args, like=True, replicate=True, final=True)
         return out.view(handle.rows_shape(hidden))
 
     # -- combine ----------------------------------------------------------------------------------

@@ -1,12 +1,16 @@
-"""The CUDA backend's combine: one kernel of two program groups that run at once.
+"""The CUDA backend's combine: one kernel of two program groups (three in ``dc``) that run at once.
 
 - send group (``n_send`` programs, received (source, token) items strided over them):
   ``reduce="source"`` sends each pair's output row home, to slot ``t * K + k`` of the source's back
   buffer; ``reduce="expert_rank"`` first sums the token's pairs held here, in fp32 in ascending
   ``k``, rounds the sum to the row dtype and sends that one row, to slot ``rank * T_max + t``;
+  the group's last program then writes the ``sw``, ``dc`` or ``sp`` records (``sync``, ``records``);
+- verify group (``dc`` only, ``W`` programs, ids between the other two): verifier ``p`` polls until
+  the rows rank ``p`` sent back match its checksum (``verify``);
 - reduce group (``n_recv`` programs, this rank's tokens strided): waits for each of the token's rows
-  (its arrival rule, ``wire``) and sums them in fp32, in ascending ``k`` (or ascending rank), into
-  ``y``; ``GATHER`` (the gate-weight gradient) instead returns each pair's row as it is.
+  (its arrival rule, ``wire``; ``dc``: every verifier) and sums them in fp32, in ascending ``k`` (or
+  ascending rank), into ``y`` (``sp``: then writes the sentinel back); ``GATHER`` (the gate-weight
+  gradient) instead returns each pair's row as it is.
 
 The contract rounds every product and every sum (``ubep.reduce``); compilers contract ``acc + w * o``
 into a fused multiply-add, so the sums use PTX ``mul.rn.f32`` / ``add.rn.f32``, which cannot be
@@ -18,9 +22,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ubep.backends.cuda import sync
+from ubep.backends.cuda import checksum as ck
+from ubep.backends.cuda import records, sync, verify
 from ubep.backends.cuda.kernels import INTERPRETED, any_true, lane, symmetric_base
-from ubep.backends.cuda.wire import TFF, copy_row, put_tile, take_tile, tile
+from ubep.backends.cuda.wire import DC, SP, SW, copy_row, put_tile, take_tile, tile
 
 
 @triton.jit
@@ -44,10 +49,14 @@ def _add(a, b):
 
 @triton.jit
 def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, slot, epoch,
-               tokens_max, rows_max, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
+               tokens_max, rows_max, acc_a, acc_b, acc_n, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
                HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-               CB: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr):
-    """Item ``i = s * T_max + t``: the outputs of source ``s``'s token ``t`` go home."""
+               CB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr, PARTIAL: tl.constexpr,
+               WEIGHTED: tl.constexpr):
+    """Item ``i = s * T_max + t``: the outputs of source ``s``'s token ``t`` go home, as rows
+    ``rank * T_max + t`` (``PARTIAL``) or ``t * K + k`` of its back buffer; returns the
+    per-destination record sums ``acc_*`` (``[W_BLOCK]``) with this item's share added (dc, sp)."""
+    ws = tl.arange(0, acc_a.shape[0])
     s = i // tokens_max
     t = i % tokens_max
     ks = tl.arange(0, K_BLOCK)
@@ -57,7 +66,10 @@ def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, 
         back += (slot * rows_max) * (NB * BE)
         if PARTIAL:
             weights = tl.load(pair_w_ptr + i * TOP_K + ks, mask=ks < TOP_K, other=0.0)
-            wire = back + (rank * tokens_max + t).to(tl.int64) * (NB * BE)
+            home = rank * tokens_max + t
+            wire = back + home.to(tl.int64) * (NB * BE)
+            lane_a = tl.zeros([], dtype=tl.uint32)
+            lane_b = tl.zeros([], dtype=tl.uint32)
             for c in range(0, tl.cdiv(NB, CB)):
                 _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB)
                 acc = tl.zeros(p_off.shape, dtype=tl.float32)
@@ -70,21 +82,31 @@ def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, 
                             o = _mul(o, lane(weights, ks, k))
                         acc = _add(acc, o)
                 bits = acc.to(out_ptr.dtype.element_ty).to(out_bits_ptr.dtype.element_ty, bitcast=True)
-                put_tile(wire, bits, c, epoch, HIDDEN, BE, FE, NB, CB)
+                a, b = put_tile(wire, bits, c, epoch, home, HIDDEN, BE, FE, NB, CB, MODE, SENTINEL)
+                lane_a += a
+                lane_b += b
+            if MODE >= DC:  # dc and sp keep batch records
+                acc_a, acc_b, acc_n = records.add_share(acc_a, acc_b, acc_n, s, ws, lane_a, lane_b, NB)
         else:
             for k in tl.static_range(TOP_K):
                 row = lane(rows, ks, k)
                 if row >= 0:
-                    wire = back + (t.to(tl.int64) * TOP_K + k) * (NB * BE)
-                    copy_row(out_bits_ptr + row * HIDDEN, wire, epoch, HIDDEN, BE, FE, NB, CB)
+                    wire_row = t.to(tl.int64) * TOP_K + k
+                    wire = back + wire_row * (NB * BE)
+                    a, b = copy_row(out_bits_ptr + row * HIDDEN, wire, epoch, wire_row, HIDDEN, BE,
+                                    FE, NB, CB, MODE, SENTINEL)
+                    if MODE >= DC:
+                        acc_a, acc_b, acc_n = records.add_share(acc_a, acc_b, acc_n, s, ws, a, b, NB)
+    return acc_a, acc_b, acc_n
 
 
 @triton.jit
-def _reduce_token(t, back_local, idx_ptr, w_ptr, sent_ptr, y_ptr, epoch, tokens_max, timeout_ns,
-                  err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
-                  K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
-                  NB: tl.constexpr, CB: tl.constexpr,
-                  PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr, GATHER: tl.constexpr):
+def _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slot, epoch, tokens_max,
+                  timeout_ns, err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
+                  TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
+                  FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr,
+                  MODE: tl.constexpr, SENTINEL: tl.constexpr, PARTIAL: tl.constexpr,
+                  WEIGHTED: tl.constexpr, GATHER: tl.constexpr):
     """Token ``t``'s rows, waited for and summed (or gathered) into ``y``."""
     ks = tl.arange(0, K_BLOCK)
     row_elems: tl.constexpr = NB * BE
@@ -107,9 +129,12 @@ def _reduce_token(t, back_local, idx_ptr, w_ptr, sent_ptr, y_ptr, epoch, tokens_
         acc = tl.zeros(p_off.shape, dtype=tl.float32)
         for j in tl.static_range(num):
             if lane(valid.to(tl.int32), ks, j) != 0:
-                wire = back_local + lane(slots, ks, j).to(tl.int64) * row_elems
-                bits, _, _ = take_tile(wire, c, epoch, deadline, err_addr, sync.WAIT_ROWS,
-                                       lane(peers, ks, j), HIDDEN, BE, FE, NB, CB)
+                row = lane(slots, ks, j)
+                peer = lane(peers, ks, j)
+                bits, _, _ = take_tile(back_local + row.to(tl.int64) * row_elems, c, epoch, deadline,
+                                       err_addr, sync.WAIT_ROWS, peer, row,
+                                       rec_local + (slot * WORLD + peer) * 2, HIDDEN, BE, FE, NB, CB,
+                                       MODE, SENTINEL)
                 o = bits.to(dt, bitcast=True)
                 if GATHER:
                     tl.store(y_ptr + (t * TOP_K + j).to(tl.int64) * HIDDEN + p_off, o, mask=is_payload)
@@ -120,29 +145,84 @@ def _reduce_token(t, back_local, idx_ptr, w_ptr, sent_ptr, y_ptr, epoch, tokens_
                     acc = _add(acc, o)
         if not GATHER:
             tl.store(y_ptr + t.to(tl.int64) * HIDDEN + p_off, acc.to(dt), mask=is_payload)
+    if MODE == SP:
+        tl.debug_barrier()  # every thread has read the rows before their markers change
+        for j in tl.static_range(num):
+            if lane(valid.to(tl.int32), ks, j) != 0:
+                wire = back_local + lane(slots, ks, j).to(tl.int64) * row_elems
+                ck.reset_markers(wire, SENTINEL, NB, NB_BLOCK)
+
+
+@triton.jit
+def _verify_role(p, out_bits_ptr, idx_ptr, sent_ptr, num_tokens, back_ptrs, rec_ptrs, state_ptr,
+                 stamps_ptr, pid, rank, slot, epoch, tokens_max, rows_max, timeout_ns, err_addr,
+                 WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
+                 K_BLOCK: tl.constexpr, BE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
+                 PARTIAL: tl.constexpr, PROFILE: tl.constexpr):
+    """``dc``: verifier ``p`` polls until the rows rank ``p`` sent back match its checksum."""
+    back_local = symmetric_base(back_ptrs, rank, out_bits_ptr.dtype.element_ty)
+    back_local += (slot * rows_max) * (NB * BE)
+    rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
+    verify.verify_returned(p, back_local, rec_local, state_ptr, idx_ptr, sent_ptr, num_tokens, slot,
+                           epoch, tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, NB,
+                           NB_BLOCK, PARTIAL)
+    sync.stamp(stamps_ptr, pid, 1, PROFILE)
+    sync.stamp(stamps_ptr, pid, 2, PROFILE)
+
+
+@triton.jit
+def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs, sig_ptrs, ack_ptrs,
+                 rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch, tokens_max, rows_max,
+                 timeout_ns, err_addr, n_recv, WORLD: tl.constexpr, W_BLOCK: tl.constexpr,
+                 E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
+                 HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
+                 NB_BLOCK: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
+                 SENTINEL: tl.constexpr, PARTIAL: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
+                 GATHER: tl.constexpr, VERIFY: tl.constexpr, PROFILE: tl.constexpr):
+    """Reducer ``j`` of ``n_recv``: tokens ``j, j + n_recv, ..``."""
+    if MODE == SW:
+        sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
+        sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, WORLD,
+                         W_BLOCK)
+    if VERIFY:
+        records.wait_verified(state_ptr, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, WORLD, W_BLOCK)
+    sync.stamp(stamps_ptr, pid, 1, PROFILE)
+    back_local = symmetric_base(back_ptrs, rank, out_bits_ptr.dtype.element_ty)
+    back_local += (slot * rows_max) * (NB * BE)
+    rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
+    t = j
+    while t < num_tokens:
+        _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slot, epoch,
+                      tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE,
+                      NB, NB_BLOCK, CB, MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER)
+        t += n_recv
+    sync.stamp(stamps_ptr, pid, 2, PROFILE)
+    sync.publish_ack(ack_ptrs, rank, WORLD)
 
 
 @triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "rows_max", "n_send", "n_recv",
                               "n_consumers"])
 def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens,
-            back_ptrs, sig_ptrs, ack_ptrs, state_ptr, stamps_ptr, y_ptr, rank, tokens_max, rows_max,
-            timeout_ns, err_addr, n_send, n_recv, n_consumers, WORLD: tl.constexpr, W_BLOCK: tl.constexpr,
-            E_LOCAL: tl.constexpr,
-            TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
-            FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr,
-            MODE: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr,
-            SUM_WEIGHTED: tl.constexpr, GATHER: tl.constexpr, FINAL: tl.constexpr,
+            back_ptrs, sig_ptrs, ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, rank, tokens_max,
+            rows_max, timeout_ns, err_addr, n_send, n_recv, n_consumers, WORLD: tl.constexpr,
+            W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
+            HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
+            NB_BLOCK: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr,
+            PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
+            GATHER: tl.constexpr, VERIFY: tl.constexpr, FINAL: tl.constexpr,
             PROFILE: tl.constexpr):
-    """One combine (see the module doc): programs ``[0, n_send)`` send, the next ``n_recv`` reduce;
-    ``FINAL``: this launch ends the call (a combine may run as a send launch, then a reduce launch).
+    """One combine (see the module doc): programs ``[0, n_send)`` send, then (``VERIFY``, ``dc``
+    only) ``W`` verify, then ``n_recv`` reduce; ``FINAL``: this launch ends the call (a combine may
+    run as a send launch, then a reduce launch).
 
     Expert side: ``out [rows, H]`` (and the same memory as integers, ``out_bits``), the dispatch's
     ``rows`` / ``pair_w [W, T_max, K]``. Source side: ``idx`` / ``w [T * K]``, ``sent [W, T_max]``,
     ``y [T, H]`` (``GATHER``: ``[T, K, H]``). ``WEIGHTED``: the senders weight their partial sums;
     ``SUM_WEIGHTED``: the source weights each pair's row. ``K_BLOCK >= max(K, W)``. Symmetric
-    ``back [2, rows_max, NB * BE]`` (out's integer type), ``sig [2, W]``, ``ack [W]``;
-    ``state [STATE_WORDS]``: this buffer set's epoch words and writers' counter; ``stamps [programs,
-    4]`` int64 (``PROFILE``).
+    ``back [2, rows_max, NB * BE]`` (out's integer type), ``sig [2, W]``, ``ack [W]``, ``rec [2, W, 2]``
+    (the records of ``sw``, and of ``dc`` / ``sp``: ``records``); ``state [records.state_words(W)]``:
+    this buffer set's epoch words, counters and record sums; ``stamps [programs, 4]`` int64
+    (``PROFILE``). ``SENTINEL``: ``sp``'s marker word.
     """
     pid = tl.program_id(0)
     epoch = sync.call_epoch(state_ptr, pid)
@@ -153,31 +233,45 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
         sync.wait_acks(ack_local, epoch, n_consumers, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT,
                        WORLD, W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
+        acc_a = tl.zeros([W_BLOCK], dtype=tl.uint32)
+        acc_b = tl.zeros([W_BLOCK], dtype=tl.uint32)
+        acc_n = tl.zeros([W_BLOCK], dtype=tl.int32)
         i = pid
         while i < WORLD * tokens_max:  # while, not range: runtime bounds (also for the interpreter)
-            _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, slot, epoch,
-                       tokens_max, rows_max, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, CB, PARTIAL,
-                       WEIGHTED)
+            acc_a, acc_b, acc_n = _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs,
+                                             rank, slot, epoch, tokens_max, rows_max, acc_a, acc_b,
+                                             acc_n, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, CB, MODE,
+                                             SENTINEL, PARTIAL, WEIGHTED)
             i += n_send
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
-        if MODE != TFF:
+        if MODE == SW:
             sync.publish_record(state_ptr, n_send, sig_ptrs, slot, rank, epoch, WORLD)
+        if MODE >= DC:
+            records.publish(state_ptr, n_send, rec_ptrs, acc_a, acc_b, acc_n, slot, rank, epoch, WORLD,
+                            W_BLOCK, NB, MODE == SP)
     else:
-        if MODE != TFF:
-            sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
-            sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, WORLD,
-                             W_BLOCK)
-        sync.stamp(stamps_ptr, pid, 1, PROFILE)
-        back_local = symmetric_base(back_ptrs, rank, out_bits_ptr.dtype.element_ty)
-        back_local += (slot * rows_max) * (NB * BE)
-        t = pid - n_send
-        while t < num_tokens:
-            _reduce_token(t, back_local, idx_ptr, w_ptr, sent_ptr, y_ptr, epoch, tokens_max,
-                          timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
-                          CB, PARTIAL, SUM_WEIGHTED, GATHER)
-            t += n_recv
-        sync.stamp(stamps_ptr, pid, 2, PROFILE)
-        sync.publish_ack(ack_ptrs, rank, WORLD)
+        j = pid - n_send
+        if VERIFY:  # dc: verifiers get ids below every reducer, which wait for them (verify)
+            if j < WORLD:
+                _verify_role(j, out_bits_ptr, idx_ptr, sent_ptr, num_tokens, back_ptrs, rec_ptrs,
+                             state_ptr, stamps_ptr, pid, rank, slot, epoch, tokens_max, rows_max,
+                             timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, BE, NB, NB_BLOCK,
+                             PARTIAL, PROFILE)
+            else:
+                _reduce_role(j - WORLD, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs,
+                             sig_ptrs, ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank,
+                             slot, epoch, tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD,
+                             W_BLOCK, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, MODE,
+                             SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER, VERIFY, PROFILE)
+        else:
+            _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs, sig_ptrs,
+                         ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch,
+                         tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD, W_BLOCK, E_LOCAL,
+                         TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, MODE, SENTINEL, PARTIAL,
+                         SUM_WEIGHTED, GATHER, VERIFY, PROFILE)
     if FINAL:
-        sync.end_call(state_ptr, pid, n_send + n_recv, epoch)
+        grid = n_send + n_recv
+        if VERIFY:
+            grid += WORLD
+        sync.end_call(state_ptr, pid, grid, epoch)
     sync.stamp(stamps_ptr, pid, 3, PROFILE)

@@ -1,4 +1,4 @@
-"""The CUDA backend's dispatch: one kernel whose programs split into three groups that run at once.
+"""The CUDA backend's dispatch: one kernel whose programs split into groups that run at once.
 
 - count group (``n_count`` programs, experts strided over them): each expert's pair count and the
   stable order of each of its pairs (``ubep.layout.local_order``), written as *route entries*
@@ -7,10 +7,14 @@
 - token group (``n_send`` programs, tokens strided): each token once to every rank holding one of its
   experts (relay), into the staging slot ``[slot, source, t]``, which needs no offsets, in the wire
   format of the sync mode (``wire``); in ``sw`` the senders count as writers too, so the record
-  also says that every row has landed;
-- receive group (``n_recv`` programs): waits for every source's record, turns the count matrix into
-  the first receive row of each (source, local expert) (``ubep.layout.row_base``), then copies each
-  staged token into the receive rows of its pairs as soon as that token has arrived.
+  also says that every row has landed; in ``dc`` / ``sp`` the group's last program writes each
+  destination's batch record (``records``);
+- verify group (``dc`` only, ``W`` programs, ids between the token and receive groups): verifier
+  ``s`` polls until source ``s``'s staged batch matches its checksum (``verify``);
+- receive group (``n_recv`` programs): waits for every source's record (``dc``: and every
+  verifier), turns the count matrix into the first receive row of each (source, local expert)
+  (``ubep.layout.row_base``), then copies each staged token into the receive rows of its pairs as
+  soon as that token has arrived (``sp``: then writes the sentinel back).
 
 No grid-wide barrier: the groups meet only through the records and the rows' own arrival rule. The
 compact layout runs the kernel twice in one call (counts first; the host then sizes the output), the
@@ -22,9 +26,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ubep.backends.cuda import sync
+from ubep.backends.cuda import checksum as ck
+from ubep.backends.cuda import records, sync, verify
 from ubep.backends.cuda.kernels import any_true, lane, symmetric_base
-from ubep.backends.cuda.wire import copy_row, take_tile
+from ubep.backends.cuda.wire import DC, SP, copy_row, take_tile
 
 
 @triton.jit
@@ -64,10 +69,17 @@ def _count_role(j, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, rank, slo
 
 @triton.jit
 def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, epoch, n_send,
-               tokens_max, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
-               K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
-               NB: tl.constexpr, CB: tl.constexpr, LIKE: tl.constexpr):
+               tokens_max, WORLD: tl.constexpr, W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr,
+               TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
+               FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
+               SENTINEL: tl.constexpr, LIKE: tl.constexpr):
+    """Sends tokens ``j, j + n_send, ..``; returns its shares of the batch records, ``[W_BLOCK]``
+    each (``records.add_share``; dc and sp only)."""
     ks = tl.arange(0, K_BLOCK)
+    ws = tl.arange(0, W_BLOCK)
+    acc_a = tl.zeros([W_BLOCK], dtype=tl.uint32)
+    acc_b = tl.zeros([W_BLOCK], dtype=tl.uint32)
+    acc_n = tl.zeros([W_BLOCK], dtype=tl.int32)
     t = j
     while t < num_tokens:
         if not LIKE:
@@ -81,8 +93,12 @@ def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, 
             if here:
                 stage = symmetric_base(stage_ptrs, dest, x_ptr.dtype.element_ty)
                 stage += ((slot * WORLD + rank) * tokens_max + t).to(tl.int64) * (NB * BE)
-                copy_row(x_ptr + t.to(tl.int64) * HIDDEN, stage, epoch, HIDDEN, BE, FE, NB, CB)
+                a, b = copy_row(x_ptr + t.to(tl.int64) * HIDDEN, stage, epoch, t, HIDDEN, BE, FE,
+                                NB, CB, MODE, SENTINEL)
+                if MODE >= DC:  # dc and sp keep batch records
+                    acc_a, acc_b, acc_n = records.add_share(acc_a, acc_b, acc_n, dest, ws, a, b, NB)
         t += n_send
+    return acc_a, acc_b, acc_n
 
 
 @triton.jit
@@ -106,11 +122,12 @@ def _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD: tl.const
 
 
 @triton.jit
-def _receive_rows(i, stage_local, route_local, count_local, base_ptr, out_ptr, out_w_ptr, rows_ptr,
-                  pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
-                  E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
-                  HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-                  CB: tl.constexpr, LIKE: tl.constexpr):
+def _receive_rows(i, stage_local, route_local, count_local, rec_local, base_ptr, out_ptr, out_w_ptr,
+                  rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr,
+                  WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
+                  K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
+                  NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
+                  SENTINEL: tl.constexpr, LIKE: tl.constexpr):
     """Item ``i = s * T_max + t``: staged token ``t`` of source ``s`` into its receive rows."""
     s = i // tokens_max
     t = i % tokens_max
@@ -133,38 +150,106 @@ def _receive_rows(i, stage_local, route_local, count_local, base_ptr, out_ptr, o
     if any_true(rows >= 0):
         wire = stage_local + staged.to(tl.int64) * (NB * BE)
         deadline = sync.now_ns() + timeout_ns
+        rec = rec_local + (slot * WORLD + s) * 2  # sp: source s's fallback record
         for c in range(0, tl.cdiv(NB, CB)):
             values, p_off, is_payload = take_tile(wire, c, epoch, deadline, err_addr,
-                                                  sync.WAIT_TOKENS, s, HIDDEN, BE, FE, NB, CB)
+                                                  sync.WAIT_TOKENS, s, t, rec, HIDDEN, BE, FE, NB,
+                                                  CB, MODE, SENTINEL)
             for k in tl.static_range(TOP_K):
                 row = lane(rows, ks, k)
                 if row >= 0:
                     tl.store(out_ptr + row * HIDDEN + p_off, values, mask=is_payload)
+        if MODE == SP:
+            tl.debug_barrier()  # every thread has read the row before its markers change
+            ck.reset_markers(wire, SENTINEL, NB, NB_BLOCK)
+
+
+@triton.jit
+def _verify_role(s, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptrs, state_ptr, stamps_ptr,
+                 rows_ptr, pid, rank, slot, epoch, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
+                 W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
+                 K_BLOCK: tl.constexpr, BE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
+                 LIKE: tl.constexpr, RECORDS: tl.constexpr, PROFILE: tl.constexpr):
+    """``dc``: verifier ``s`` polls until source ``s``'s staged batch matches its checksum."""
+    count_local = symmetric_base(count_ptrs, rank, tl.int64)
+    if RECORDS:  # the route entries and counts say which rows were sent
+        sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
+        sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr, sync.WAIT_COUNTS, WORLD, W_BLOCK)
+    stage_local = symmetric_base(stage_ptrs, rank, x_ptr.dtype.element_ty)
+    route_local = symmetric_base(route_ptrs, rank, tl.int64)
+    rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
+    verify.verify_staged(s, stage_local, route_local, count_local, rows_ptr, rec_local, state_ptr, slot,
+                         epoch, tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, BE,
+                         NB, NB_BLOCK, LIKE)
+    sync.stamp(stamps_ptr, pid, 1, PROFILE)
+    sync.stamp(stamps_ptr, pid, 2, PROFILE)
+
+
+@triton.jit
+def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs, rec_ptrs, state_ptr,
+                  base_ptr, stamps_ptr, out_ptr, out_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, pid, rank,
+                  slot, epoch, tokens_max, capacity, timeout_ns, err_addr, n_recv, WORLD: tl.constexpr,
+                  E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr,
+                  TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
+                  FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr,
+                  MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr,
+                  RECORDS: tl.constexpr, REPLICATE: tl.constexpr, VERIFY: tl.constexpr,
+                  FINAL: tl.constexpr, PROFILE: tl.constexpr):
+    """Receiver ``j`` of ``n_recv``: the row bases, then staged items ``j, j + n_recv, ..``."""
+    sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
+    count_local = symmetric_base(count_ptrs, rank, tl.int64)
+    if RECORDS:
+        sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr,
+                         sync.WAIT_TOKENS if LIKE else sync.WAIT_COUNTS, WORLD, W_BLOCK)
+    if VERIFY:
+        records.wait_verified(state_ptr, epoch, timeout_ns, err_addr, sync.WAIT_TOKENS, WORLD, W_BLOCK)
+    sync.stamp(stamps_ptr, pid, 1, PROFILE)
+    if not LIKE:
+        _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL, W_BLOCK,
+                  L_BLOCK)
+    if REPLICATE:
+        stage_local = symmetric_base(stage_ptrs, rank, x_ptr.dtype.element_ty)
+        route_local = symmetric_base(route_ptrs, rank, tl.int64)
+        rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
+        i = j
+        while i < WORLD * tokens_max:
+            _receive_rows(i, stage_local, route_local, count_local, rec_local, base_ptr, out_ptr,
+                          out_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns,
+                          err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB,
+                          MODE, SENTINEL, LIKE)
+            i += n_recv
+    sync.stamp(stamps_ptr, pid, 2, PROFILE)
+    if FINAL:
+        sync.publish_ack(ack_ptrs, rank, WORLD)
 
 
 @triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "capacity", "n_count", "n_send",
                               "n_recv", "n_writers", "n_consumers"])
 def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs,
-             state_ptr, base_ptr, stamps_ptr, sent_ptr, out_ptr, out_w_ptr, rows_ptr, pair_w_ptr,
-             tpe_ptr, rank, tokens_max, capacity, timeout_ns, err_addr, n_count, n_send, n_recv, n_writers,
-             n_consumers, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr,
-             L_BLOCK: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
+             rec_ptrs, state_ptr, base_ptr, stamps_ptr, sent_ptr, out_ptr, out_w_ptr, rows_ptr,
+             pair_w_ptr, tpe_ptr, rank, tokens_max, capacity, timeout_ns, err_addr, n_count, n_send,
+             n_recv, n_writers, n_consumers, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
+             W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
              HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-             CB: tl.constexpr, PAIR_BLOCK: tl.constexpr, LIKE: tl.constexpr,
-             RECORDS: tl.constexpr,
-             REPLICATE: tl.constexpr, FINAL: tl.constexpr, COUNTS_FIRST: tl.constexpr,
-             PROFILE: tl.constexpr):
+             NB_BLOCK: tl.constexpr, CB: tl.constexpr, PAIR_BLOCK: tl.constexpr,
+             MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
+             REPLICATE: tl.constexpr, VERIFY: tl.constexpr, FINAL: tl.constexpr,
+             COUNTS_FIRST: tl.constexpr, PROFILE: tl.constexpr):
     """One launch of a dispatch (see the module doc); program roles by id: ``[0, n_count)`` count,
-    then ``n_send`` token senders, then ``n_recv`` receivers. The first ``n_writers`` programs (the
-    count group, plus the senders in ``sw``) publish the record; receivers wait for it if ``RECORDS``.
-    ``FINAL``: this launch ends the call (receivers ack, the epoch advances). ``COUNTS_FIRST``
-    (``tff`` only): senders start once this rank's record is out, so the counts lead the tokens.
+    then ``n_send`` token senders, then (``VERIFY``, ``dc`` only) ``W`` verifiers, then ``n_recv``
+    receivers. The first ``n_writers`` programs (the count group, plus the senders in ``sw``) publish
+    the record; receivers wait for it if ``RECORDS``. In ``dc`` / ``sp`` the senders also keep the
+    batch records (``records``); ``SENTINEL`` is ``sp``'s marker word. ``FINAL``: this launch ends
+    the call (receivers ack, the epoch advances). ``COUNTS_FIRST`` (``tff`` only): senders start
+    once this rank's record is out, so the counts lead the tokens. ``NB_BLOCK``: ``NB`` rounded up
+    to a power of two (the ``dc`` verifiers and ``sp``'s marker reset).
 
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
     buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
     ``route [2, W, T_max * K, 4]``, ``count [2, W, E_LOCAL + 1]``, ``sig [2, W]``,
-    ``ack [W]`` (int64); ``state [STATE_WORDS]``: this buffer set's epoch words and
-    writers' counter (``sync``); ``base [W, E_LOCAL]`` scratch; ``stamps [programs, 4]`` int64 (``PROFILE``).
+    ``ack [W]``, ``rec [2, W, 2]`` (int64); ``state [records.state_words(W)]``: this buffer set's
+    epoch words, counters and record sums (``sync``, ``records``); ``base [W, E_LOCAL]`` scratch;
+    ``stamps [programs, 4]`` int64 (``PROFILE``).
     Outputs: ``sent [W, T_max]`` int8, ``out [rows, H]``, ``out_w [rows]``, ``rows`` / ``pair_w [W,
     T_max, K]`` (int64 / fp32, -1 / 0 where a pair is not here), ``tpe [E_LOCAL]``.
     """
@@ -185,35 +270,41 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                 sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
                 sync.wait_words(sig_local + slot * WORLD + rank, 1, 1, epoch, timeout_ns, err_addr,
                                 sync.WAIT_COUNTS, epoch, 1, 1, 1, False)
-            _send_role(pid - n_count, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot,
-                       epoch, n_send, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
-                       CB, LIKE)
+            acc_a, acc_b, acc_n = _send_role(pid - n_count, x_ptr, idx_ptr, num_tokens, stage_ptrs,
+                                             sent_ptr, rank, slot, epoch, n_send, tokens_max, WORLD,
+                                             W_BLOCK, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, CB,
+                                             MODE, SENTINEL, LIKE)
+            if MODE >= DC:
+                records.publish(state_ptr, n_send, rec_ptrs, acc_a, acc_b, acc_n, slot, rank, epoch,
+                                WORLD, W_BLOCK, NB, MODE == SP)
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         if pid < n_writers:
             sync.publish_record(state_ptr, n_writers, sig_ptrs, slot, rank, epoch, WORLD)
     else:
         j = pid - n_count - n_send
-        sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
-        count_local = symmetric_base(count_ptrs, rank, tl.int64)
-        if RECORDS:
-            sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr,
-                             sync.WAIT_TOKENS if LIKE else sync.WAIT_COUNTS, WORLD, W_BLOCK)
-        sync.stamp(stamps_ptr, pid, 1, PROFILE)
-        if not LIKE:
-            _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL, W_BLOCK,
-                      L_BLOCK)
-        if REPLICATE:
-            stage_local = symmetric_base(stage_ptrs, rank, x_ptr.dtype.element_ty)
-            route_local = symmetric_base(route_ptrs, rank, tl.int64)
-            i = j
-            while i < WORLD * tokens_max:
-                _receive_rows(i, stage_local, route_local, count_local, base_ptr, out_ptr, out_w_ptr,
-                              rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr,
-                              WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, CB, LIKE)
-                i += n_recv
-        sync.stamp(stamps_ptr, pid, 2, PROFILE)
-        if FINAL:
-            sync.publish_ack(ack_ptrs, rank, WORLD)
+        if VERIFY:  # dc: verifiers get ids below every receiver, which wait for them (verify)
+            if j < WORLD:
+                _verify_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptrs, state_ptr,
+                             stamps_ptr, rows_ptr, pid, rank, slot, epoch, tokens_max, timeout_ns,
+                             err_addr, WORLD, W_BLOCK, E_LOCAL, TOP_K, K_BLOCK, BE, NB, NB_BLOCK, LIKE,
+                             RECORDS, PROFILE)
+            else:
+                _receive_role(j - WORLD, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs,
+                              ack_ptrs, rec_ptrs, state_ptr, base_ptr, stamps_ptr, out_ptr, out_w_ptr,
+                              rows_ptr, pair_w_ptr, tpe_ptr, pid, rank, slot, epoch, tokens_max,
+                              capacity, timeout_ns, err_addr, n_recv, WORLD, E_LOCAL, W_BLOCK, L_BLOCK,
+                              TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, MODE, SENTINEL, LIKE,
+                              RECORDS, REPLICATE, VERIFY, FINAL, PROFILE)
+        else:
+            _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs, rec_ptrs,
+                          state_ptr, base_ptr, stamps_ptr, out_ptr, out_w_ptr, rows_ptr, pair_w_ptr,
+                          tpe_ptr, pid, rank, slot, epoch, tokens_max, capacity, timeout_ns, err_addr,
+                          n_recv, WORLD, E_LOCAL, W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
+                          NB_BLOCK, CB, MODE, SENTINEL, LIKE, RECORDS, REPLICATE, VERIFY, FINAL,
+                          PROFILE)
     if FINAL:
-        sync.end_call(state_ptr, pid, n_count + n_send + n_recv, epoch)
+        grid = n_count + n_send + n_recv
+        if VERIFY:
+            grid += WORLD
+        sync.end_call(state_ptr, pid, grid, epoch)
     sync.stamp(stamps_ptr, pid, 3, PROFILE)

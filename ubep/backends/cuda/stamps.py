@@ -2,11 +2,12 @@
 
 With profiling on, each program of a launch writes four ``%globaltimer`` stamps (ns): start, first
 wait over (slot acks for writers, records for readers), work done, finished; off, the kernels are
-compiled without them. Program ids map to groups in launch order: dispatch ``count, token,
-receive``; combine ``send, reduce``. Per group this gives two phases, ``"<op> <group>: wait"`` (the
-longest wait of one of its programs) and ``"<op> <group>: done at"`` (when its last program finished
-its work, from the launch's first stamp), and ``"<op>: kernel"`` (when the last program finished).
-The groups run at once, so these are points on one timeline, not parts of a sum.
+compiled without them. Program ids map to groups in launch order: dispatch ``count, token, verify,
+receive``; combine ``send, verify, reduce`` (``verify``: ``dc`` only). Per group this gives two
+phases, ``"<op> <group>: wait"`` (the longest wait of one of its programs) and ``"<op> <group>: done
+at"`` (when its last program finished its work, from the launch's first stamp), and ``"<op>:
+kernel"`` (when the last program finished). The groups run at once, so these are points on one
+timeline, not parts of a sum.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-GROUPS = {"dispatch": ("count", "token", "receive"), "combine": ("send", "reduce")}
+GROUPS = {"dispatch": ("count", "token", "verify", "receive"),
+          "combine": ("send", "verify", "reduce")}
 
 
 @dataclass(frozen=True)

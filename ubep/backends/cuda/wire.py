@@ -14,9 +14,13 @@ A row of ``HIDDEN`` elements of ``ES`` bytes is cut into ``NB`` blocks of ``BE``
   The reader checks the flags inside the values it loaded (``take_tile``), never a flag then the
   payload in a second load, which the GPU may serve from before the flag.
 - ``sw`` (``FE = 0``): plain rows; a batch has arrived when its record does (``ubep.backends.cuda.sync``).
+- ``dc`` (``FE = 0``): the first 8 bytes of each block are masked marker words, checked against the
+  batch checksum (``checksum``, ``records``); ``row`` numbers the row for the masks.
+- ``sp`` (``FE = 0``): raw rows; a block has arrived when its first 8 bytes are not the sentinel
+  (``checksum``, ``records``); the sender counts the blocks that would carry it.
 
 Example: 7168 bf16 elements, ``tff`` with 128-byte blocks: ``BE = 64``, ``FE = 4``, ``PE = 60``,
-``NB = 120``, 15360 bytes per row on the wire; ``sw``: ``NB = 112``, 14336 bytes.
+``NB = 120``, 15360 bytes per row on the wire; ``sw``, ``dc``, ``sp``: ``NB = 112``, 14336 bytes.
 
 Rows move in chunks of ``CB`` blocks, as ``[CB, BE]`` tiles: the wire side of a tile is contiguous
 (16-byte vector stores), the payload side is contiguous within each block.
@@ -27,10 +31,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ubep.backends.cuda.sync import now_ns, report
+from ubep.backends.cuda import checksum as ck
+from ubep.backends.cuda.sync import load_acquire, now_ns, report
 
-MODE_CODES = {"sw": 0, "tff": 1}
-TFF = tl.constexpr(MODE_CODES["tff"])
+MODE_CODES = {"sw": 0, "tff": 1, "dc": 2, "sp": 3}
+SW, TFF, DC, SP = (tl.constexpr(MODE_CODES[m]) for m in ("sw", "tff", "dc", "sp"))
 BLOCK_BYTES = 128
 FLAG_BYTES = 8
 
@@ -63,47 +68,89 @@ def flag_bits(epoch, BE: tl.constexpr, FE: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
-def put_tile(wire_ptr, values, c, epoch, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
-             NB: tl.constexpr, CB: tl.constexpr):
-    """Store chunk ``c`` of a row whose payload elements are ``values`` (``[CB, BE]`` of the wire's
-    integer type, at the tile's payload offsets) into the wire row at ``wire_ptr``, flags included."""
-    w_off, _, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB)
-    dt: tl.constexpr = wire_ptr.dtype.element_ty
-    if FE > 0:
-        flags = flag_bits(epoch, BE, FE, dt.primitive_bitwidth).to(dt)
-        values = tl.where(is_flag, flags, values)
-    values = tl.where(is_payload | is_flag, values, 0)
-    tl.store(wire_ptr + w_off, values, mask=w_off < NB * BE)
+def _first_word(row, c, NB: tl.constexpr, CB: tl.constexpr):
+    """``dc``: number ``k`` (u32, ``[CB, 1]``) of word 0 of each block of chunk ``c`` of row ``row``."""
+    b = c * CB + tl.arange(0, CB)[:, None]
+    return ((row.to(tl.int64) * NB + b) * 2).to(tl.uint32)
 
 
 @triton.jit
-def copy_row(src_ptr, wire_ptr, epoch, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
-             NB: tl.constexpr, CB: tl.constexpr):
+def put_tile(wire_ptr, values, c, epoch, row, HIDDEN: tl.constexpr, BE: tl.constexpr,
+             FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
+             SENTINEL: tl.constexpr):
+    """Store chunk ``c`` of row ``row`` whose payload elements are ``values`` (``[CB, BE]`` of the
+    wire's integer type, at the tile's payload offsets) into the wire row at ``wire_ptr``, flags and
+    masks included. Returns what the batch record needs: ``dc`` the tile's checksum lanes ``(A, B)``;
+    ``sp`` (as ``A``) how many blocks carry the sentinel; zeros otherwise."""
+    w_off, _, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB)
+    dt: tl.constexpr = wire_ptr.dtype.element_ty
+    bits: tl.constexpr = dt.primitive_bitwidth
+    if FE > 0:
+        flags = flag_bits(epoch, BE, FE, bits).to(dt)
+        values = tl.where(is_flag, flags, values)
+    values = tl.where(is_payload | is_flag, values, 0)
+    lane_a = tl.zeros([], dtype=tl.uint32)
+    lane_b = tl.zeros([], dtype=tl.uint32)
+    in_row = (c * CB + tl.arange(0, CB)[:, None]) < NB
+    if MODE == DC:
+        first = _first_word(row, c, NB, CB)
+        values = ck.mask_tile(values, first, ck.digest(epoch), bits)
+        w0, w1 = ck.marker_words(values, bits)
+        lane_a, lane_b = ck.lanes(w0, w1, tl.reshape(first, [CB]), tl.reshape(in_row, [CB]))
+    if MODE == SP:
+        lane_a = ck.collides(values, in_row, SENTINEL, bits).to(tl.uint32)
+    tl.store(wire_ptr + w_off, values, mask=w_off < NB * BE)
+    return lane_a, lane_b
+
+
+@triton.jit
+def copy_row(src_ptr, wire_ptr, epoch, row, HIDDEN: tl.constexpr, BE: tl.constexpr,
+             FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
+             SENTINEL: tl.constexpr):
     """The wire image of the row at ``src_ptr`` (``HIDDEN`` elements, same integer type) at
-    ``wire_ptr``."""
+    ``wire_ptr``, as row ``row`` of its batch; returns the sums of :func:`put_tile`'s results."""
+    lane_a = tl.zeros([], dtype=tl.uint32)
+    lane_b = tl.zeros([], dtype=tl.uint32)
     for c in range(0, tl.cdiv(NB, CB)):
         _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB)
         values = tl.load(src_ptr + p_off, mask=is_payload, other=0)
-        put_tile(wire_ptr, values, c, epoch, HIDDEN, BE, FE, NB, CB)
+        a, b = put_tile(wire_ptr, values, c, epoch, row, HIDDEN, BE, FE, NB, CB, MODE, SENTINEL)
+        lane_a += a
+        lane_b += b
+    return lane_a, lane_b
 
 
 @triton.jit
-def take_tile(wire_ptr, c, epoch, deadline, err_addr, code, peer, HIDDEN: tl.constexpr,
-              BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr):
-    """Chunk ``c`` of a row that has arrived or is arriving: ``(values [CB, BE], payload offsets,
-    is_payload)``; flag lanes hold flags (store ``values`` under ``is_payload``).
+def _sentinel_blocks(values, SENTINEL: tl.constexpr, BITS: tl.constexpr):
+    """``sp``: how many blocks of a loaded ``[CB, BE]`` tile hold the sentinel in both marker words
+    (blocks past the row load as zeros, which never do)."""
+    w0, w1 = ck.marker_words(values, BITS)
+    s = tl.full([], SENTINEL, tl.uint32)
+    return tl.sum(((w0 == s) & (w1 == s)).to(tl.int32), 0)
+
+
+@triton.jit
+def take_tile(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr,
+              HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
+              CB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr):
+    """Chunk ``c`` of row ``row`` that has arrived or is arriving: ``(values [CB, BE], payload
+    offsets, is_payload)``; flag lanes hold flags (store ``values`` under ``is_payload``).
 
     ``tff``: the chunk is loaded until every block's flag *in the loaded values* holds ``epoch``, so
     each block's flag and payload come from one load instruction (16 bytes per thread, a warp per
     128-byte block); a separate flag poll followed by a payload load would need an acquire
-    between the two. A wait past ``deadline`` (``%globaltimer`` ns) is reported through the host
-    error word, naming ``peer``. ``sw``: one load (the record said the rows have landed). The loads
-    bypass L1, which may hold lines from before the peer wrote."""
+    between the two. ``sp``: likewise, until no block's first 8 bytes *in the loaded values* are the
+    sentinel ``SENTINEL`` twice, or the source's fallback record at ``rec_ptr`` reads ``epoch`` (an
+    acquire, then one more load). A wait past ``deadline`` (``%globaltimer`` ns) is reported through
+    the host error word, naming ``peer``. ``sw``: one load (the record said the rows have landed);
+    ``dc``: the same, then the markers decoded (the verify group matched the source's checksum).
+    The loads bypass L1, which may hold lines from before the peer wrote."""
     w_off, p_off, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB)
     in_row = w_off < NB * BE
+    dt: tl.constexpr = wire_ptr.dtype.element_ty
+    bits: tl.constexpr = dt.primitive_bitwidth
     if FE > 0:
-        dt: tl.constexpr = wire_ptr.dtype.element_ty
-        want = flag_bits(epoch, BE, FE, dt.primitive_bitwidth).to(dt)
+        want = flag_bits(epoch, BE, FE, bits).to(dt)
         values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
         pending = tl.sum(tl.sum((is_flag & (values != want)).to(tl.int32), 1), 0) > 0
         while pending & (now_ns() < deadline):
@@ -111,6 +158,21 @@ def take_tile(wire_ptr, c, epoch, deadline, err_addr, code, peer, HIDDEN: tl.con
             pending = tl.sum(tl.sum((is_flag & (values != want)).to(tl.int32), 1), 0) > 0
         if pending:
             report(err_addr, code, peer, epoch)
+    elif MODE == SP:
+        values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
+        pending = _sentinel_blocks(values, SENTINEL, bits) > 0
+        if pending:  # checked at least once more, after the record (the interpreter checks once)
+            unreleased = load_acquire(rec_ptr) != epoch  # the fallback record orders the loads
+            values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
+            pending = (_sentinel_blocks(values, SENTINEL, bits) > 0) & unreleased
+            while pending & (now_ns() < deadline):
+                unreleased = load_acquire(rec_ptr) != epoch
+                values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
+                pending = (_sentinel_blocks(values, SENTINEL, bits) > 0) & unreleased
+        if pending:
+            report(err_addr, code, peer, epoch)
     else:
         values = tl.load(wire_ptr + w_off, mask=in_row, other=0, cache_modifier=".cg")
+        if MODE == DC:
+            values = ck.mask_tile(values, _first_word(row, c, NB, CB), ck.digest(epoch), bits)
     return values, p_off, is_payload

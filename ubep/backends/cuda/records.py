@@ -1,0 +1,111 @@
+"""Batch records of the ``dc`` and ``sp`` modes: one per (slot, source) on every receiver.
+
+``rec [2, W, 2]`` int64 (symmetric, one per buffer set) holds the protocol's 16-byte record
+``(epoch, value)`` of the batch source ``s`` sent this rank in slot ``e & 1``; rows are numbered by
+their index in the receiver's region for that source (``checksum``), so a batch is every row one
+source sends one destination in one launch of its send group.
+
+Senders: each send program sums its share of every destination's batch (``dc``: the checksum lanes
+and the blocks sent; ``sp``: the blocks that would carry the sentinel, and the blocks sent) and adds it
+with relaxed atomics into this rank's accumulator ``state[ACC + 3 * d ..]``, then counts itself on
+the senders' counter with a GPU-scope acq_rel atomic (which orders its adds before the count). The
+last one reads and clears the accumulator and, per destination:
+
+- ``dc``: writes ``(epoch, checksum)`` with plain stores: no fence, since the receiver checks the
+  checksum against what it holds (a torn or stale record fails that check);
+- ``sp``: only if some block would carry the sentinel, writes ``N`` then ``epoch`` with a
+  system-scope release, cumulative over every sender's rows (the counter made it acquire them), so
+  the record orders after the whole batch (the ``sw`` fallback). Otherwise nothing is written.
+
+Receivers: ``dc``: verifier ``s`` (``verify``) polls until the checksum of the markers it holds for
+source ``s`` matches the record (:func:`differs`), then sets ``state[OK + s] = epoch``; every
+receiver waits for all ``W`` of those before it copies (a ``dc`` batch arrives all at once). ``sp``:
+a row has arrived when none of its blocks holds the sentinel in the values loaded, or the record
+reads ``epoch`` (``wire.take_tile``); the receiver writes the sentinel back after consuming it,
+before its ack.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ubep.backends.cuda import checksum as ck
+from ubep.backends.cuda import sync
+from ubep.backends.cuda.kernels import lane, symmetric_base
+
+SENDERS = tl.constexpr(sync.STATE_WORDS)  # the senders' counter
+ACC = tl.constexpr(sync.STATE_WORDS + 1)  # [W, 3] int64: lane A (or sentinel blocks), lane B, blocks
+
+
+def state_words(world: int) -> int:
+    """int64 words of a buffer set's state: ``sync``'s, the senders' counter, ``ACC [W, 3]``, ``OK
+    [W]``."""
+    return sync.STATE_WORDS + 1 + 4 * world
+
+
+@triton.jit
+def add_share(acc_a, acc_b, acc_n, dest, ws, a, b, blocks):
+    """A row's share (``put_tile`` sums ``a, b``; ``blocks`` sent) added at ``dest`` of the
+    ``[W_BLOCK]`` per-destination sums of a send program (``ws = tl.arange(0, W_BLOCK)``)."""
+    here = ws == dest
+    return (tl.where(here, acc_a + a, acc_a), tl.where(here, acc_b + b, acc_b),
+            tl.where(here, acc_n + blocks, acc_n))
+
+
+@triton.jit
+def publish(state_ptr, n_senders, rec_ptrs, acc_a, acc_b, acc_n, slot, rank, epoch,
+            WORLD: tl.constexpr, W_BLOCK: tl.constexpr, NB: tl.constexpr, SP_MODE: tl.constexpr):
+    """A send program is done: add its sums; the last of ``n_senders`` writes the records (module
+    doc) into every peer's ``rec[slot, rank]``."""
+    ws = tl.arange(0, W_BLOCK)
+    acc = state_ptr + ACC + ws * 3
+    live = ws < WORLD
+    tl.atomic_add(acc, acc_a.to(tl.int64), mask=live, sem="relaxed", scope="gpu")
+    tl.atomic_add(acc + 1, acc_b.to(tl.int64), mask=live, sem="relaxed", scope="gpu")
+    tl.atomic_add(acc + 2, acc_n.to(tl.int64), mask=live, sem="relaxed", scope="gpu")
+    tl.debug_barrier()  # every thread's adds (and rows) precede the count below
+    if tl.atomic_add(state_ptr + SENDERS, 1, sem="acq_rel", scope="gpu") == n_senders - 1:
+        tl.store(state_ptr + SENDERS, 0)
+        zero = tl.zeros_like(ws).to(tl.int64)
+        sum_a = tl.atomic_xchg(acc, zero, mask=live, sem="relaxed", scope="gpu")
+        sum_b = tl.atomic_xchg(acc + 1, zero, mask=live, sem="relaxed", scope="gpu")
+        sum_n = tl.atomic_xchg(acc + 2, zero, mask=live, sem="relaxed", scope="gpu")
+        d = ck.digest(epoch)
+        for peer in tl.static_range(WORLD):
+            rec = symmetric_base(rec_ptrs, peer, tl.int64) + (slot * WORLD + rank) * 2
+            blocks = lane(sum_n, ws, peer)
+            if SP_MODE:
+                if lane(sum_a, ws, peer) > 0:
+                    tl.store(rec + 1, blocks // NB)
+                    tl.atomic_xchg(rec, epoch, sem="release", scope="sys")
+            else:
+                a = (lane(sum_a, ws, peer) & 0xFFFFFFFF).to(tl.uint32)
+                b = (lane(sum_b, ws, peer) & 0xFFFFFFFF).to(tl.uint32)
+                tl.store(rec + 1, ck.checksum(a, b, blocks, d))
+                tl.store(rec, epoch)
+
+
+@triton.jit
+def differs(rec_local, slot, source, epoch, lane_a, lane_b, blocks, WORLD: tl.constexpr):
+    """``dc``: whether this rank's record of ``source`` does not (yet) read ``(epoch, checksum)`` for
+    the lanes and block count a receiver computed over the markers it holds (volatile loads)."""
+    rec = rec_local + (slot * WORLD + source) * 2
+    value = tl.load(rec + 1, volatile=True)
+    want = ck.checksum(lane_a.to(tl.uint32), lane_b.to(tl.uint32), blocks, ck.digest(epoch))
+    return (tl.load(rec, volatile=True) != epoch) | (value != want)
+
+
+@triton.jit
+def mark_verified(state_ptr, source, epoch, WORLD: tl.constexpr):
+    """``dc``: this rank's verifier has matched ``source``'s batch of call ``epoch``."""
+    tl.debug_barrier()
+    tl.atomic_xchg(state_ptr + ACC + 3 * WORLD + source, epoch, sem="release", scope="gpu")
+
+
+@triton.jit
+def wait_verified(state_ptr, epoch, timeout_ns, err_addr, code, WORLD: tl.constexpr,
+                  W_BLOCK: tl.constexpr):
+    """``dc``: wait until every source's batch of call ``epoch`` has been matched on this rank."""
+    sync.wait_words(state_ptr + ACC + 3 * WORLD, 1, 1, epoch, timeout_ns, err_addr, code, epoch,
+                    WORLD, W_BLOCK, 1, False)
