@@ -41,11 +41,11 @@ def _decode_rows(wire_ptr, dst_ptr, epoch_ptr, HIDDEN: tl.constexpr, BE: tl.cons
                  NB: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr):
     """Rows read back as the receivers read them (``wire.take_tile``); ``sp``'s fallback record is
     the epoch word itself, so a row holding the sentinel is taken too."""
-    r = program_id = tl.program_id(0)
+    r = tl.program_id(0)
     epoch = tl.load(epoch_ptr)
     deadline = sync.now_ns() + 10_000_000_000  # never reached: every row is whole
     for c in range(0, tl.cdiv(NB, CB)):
-        values, p_off, is_payload = wire.take_tile(wire_ptr + program_id.to(tl.int64) * (NB * BE), c,
+        values, p_off, is_payload = wire.take_tile(wire_ptr + r.to(tl.int64) * (NB * BE), c,
                                                    epoch, deadline, 0, 0, 0, r, epoch_ptr, HIDDEN, BE,
                                                    FE, NB, CB, MODE, SENTINEL)
         tl.store(dst_ptr + r.to(tl.int64) * HIDDEN + p_off, values, mask=is_payload)
