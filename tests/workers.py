@@ -82,10 +82,17 @@ def _check_equal(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
     got = got.cpu()
     if got.shape != want.shape or got.dtype != want.dtype or not torch.equal(got, want):
         diff = "shape" if got.shape != want.shape else (
-            "dtype" if got.dtype != want.dtype else
-            f"max |diff| {(got.double() - want.double()).abs().max().item():.3g}")
+            "dtype" if got.dtype != want.dtype else _where_differs(got, want))
         raise AssertionError(f"{name} differs from the oracle ({diff}): got {tuple(got.shape)} "
                              f"{got.dtype}, want {tuple(want.shape)} {want.dtype}")
+
+
+def _where_differs(got: torch.Tensor, want: torch.Tensor) -> str:
+    """How many elements differ, the largest difference and the first differing index."""
+    bad = (got != want) & ~(got.isnan() & want.isnan())
+    first = tuple(int(i) for i in torch.unravel_index(bad.flatten().nonzero()[0, 0], bad.shape))
+    return (f"{int(bad.sum())} of {bad.numel()} elements, max |diff| "
+            f"{(got.double() - want.double()).abs().max().item():.3g}, first at {first}")
 
 
 def check_bits(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
