@@ -133,7 +133,8 @@ def run_case(rank: int, world_size: int, case: Case) -> dict:
     max_tokens = case.max_tokens or max(max(case.tokens), 1)
     buf = ubep.Buffer(hidden=case.hidden, num_experts=case.num_experts, top_k=case.top_k,
                       max_tokens_per_rank=max_tokens, dtype=dtype, layout=case.layout,
-                      profile=True, timeout_s=60, backend=case.backend, sync=case.sync)
+                      profile=True, timeout_s=30 if case.backend == "cuda" else 60,
+                      backend=case.backend, sync=case.sync)
     cfg = buf.config
     x, idx, w = (t.to(buf.device) for t in inputs[rank])
     x = x.clone().requires_grad_(case.grads)
@@ -235,7 +236,7 @@ def graph_replay_case(rank: int, world_size: int, sync: str) -> None:
                 maxvio=1.0)
     buf = ubep.Buffer(hidden=case.hidden, num_experts=case.num_experts, top_k=case.top_k,
                       max_tokens_per_rank=24, dtype=torch.bfloat16, layout="padded",
-                      backend="cuda", sync=sync, check_inputs=False)
+                      backend="cuda", sync=sync, check_inputs=False, timeout_s=20)
     x, idx, w = (t.to(dev) for t in case_inputs(case, rank))
 
     def step():
