@@ -93,7 +93,9 @@ def test_cuda_backend_limits_are_checked_first(single_rank_group):
                     max_tokens_per_rank=T)
     with pytest.raises(ValueError, match="sync must be one of"):
         ubep.Buffer(single_rank_group, hidden=H, backend="cuda", sync="flag", **common)
-    for sync in ("sw", "tff", "dc", "sp"):  # every mode passes the sync check, up to the device one
+    with pytest.raises(ValueError, match="sync must be one of .* for backend='cuda' \\(dc runs on"):
+        ubep.Buffer(single_rank_group, hidden=H, backend="cuda", sync="dc", **common)
+    for sync in ("sw", "tff", "sp"):  # every mode passes the sync check, up to the device one
         with pytest.raises(ValueError, match="needs CUDA tensors"):
             ubep.Buffer(single_rank_group, hidden=H, backend="cuda", sync=sync, **common)
 

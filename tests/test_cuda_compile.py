@@ -71,8 +71,7 @@ def test_dispatch_compiles(mode, like, replicate):
     constants = {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
                  "PAIR_BLOCK": 1024, **_mode(mode, torch.bfloat16), "LIKE": like,
                  "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate,
-                 "VERIFY": replicate and mode == "dc", "FINAL": replicate, "PROFILE": replicate,
-                 "COUNTS_FIRST": mode == "tff" and not like, **_rows(mode, 7168, 2)}
+                 "VERIFY": replicate and mode == "dc", "FINAL": replicate, "PROFILE": replicate, **_rows(mode, 7168, 2)}
     _assert_rows_move_in_16_bytes(_compile(dk.dispatch, POINTERS["dispatch"], constants))
 
 

@@ -259,6 +259,7 @@ def graph_replay_case(rank: int, world_size: int, sync: str) -> None:
         torch.cuda.synchronize()
         _check_equal(f"graph replay {trial}: recv_x", captured_recv, eager_recv.cpu())
         _check_equal(f"graph replay {trial}: y", captured_y, eager_y.cpu())
+    buf.synchronize()  # a wait that timed out inside a replay raises here
 
 
 def stress_case(rank: int, world_size: int, sync: str, layout: str, iters: int) -> int:

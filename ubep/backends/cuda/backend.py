@@ -38,9 +38,6 @@ NUM_WARPS = 8
 MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
 # Combine senders move up to K rows per item, one tile after another; more of them hide latency.
 MAX_COMBINE_SEND = 512
-# Up to this many tokens, senders wait for the counts to leave first: the receivers then know their
-# rows before the tokens land, instead of seeing the counts behind the tokens on the link.
-COUNTS_FIRST_TOKENS = 512
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,7 +194,6 @@ class CudaBackend(Backend):
                 cfg.max_tokens_per_rank * cfg.top_k)),
             MODE=self.mode, SENTINEL=self.sentinel, LIKE=like, RECORDS=(not like) or sw,
             REPLICATE=replicate, VERIFY=workers.verify > 0, FINAL=final,
-            COUNTS_FIRST=cfg.sync == "tff" and not like and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,
             PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
             **self._row_meta(cfg.hidden, cfg.dtype.itemsize))
 
