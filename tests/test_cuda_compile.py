@@ -15,6 +15,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from ubep.backends.cuda import checksum, wire  # noqa: E402
 from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
+from ubep.backends.cuda.backend import NUM_WARPS, row_meta  # noqa: E402
 
 MODES = list(wire.MODE_CODES)
 
@@ -28,9 +29,8 @@ POINTERS = {
 SCALARS = {"timeout_ns": "i64", "err_addr": "i64"}
 
 
-def _compile(fn, pointers, constants) -> Counter:
-    """Build ``fn`` as the runtime would for 16-byte-aligned pointer arguments; the count of each
-    global load and store instruction in its PTX."""
+def _build(fn, pointers, constants):
+    """Build ``fn`` as the runtime would for 16-byte-aligned pointer arguments."""
     signature, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in constants:
@@ -41,16 +41,16 @@ def _compile(fn, pointers, constants) -> Counter:
         else:
             signature[name] = SCALARS.get(name, "i32")
     kernel = triton.compile(ASTSource(fn, signature, constants, attrs), target=TARGET,
-                            options={"num_warps": 8})
+                            options={"num_warps": NUM_WARPS})
     assert kernel.asm["cubin"]
+    return kernel
+
+
+def _compile(fn, pointers, constants) -> Counter:
+    """The count of each global load and store instruction in ``fn``'s PTX (built by ``_build``)."""
+    kernel = _build(fn, pointers, constants)
     return Counter(m.group(1) for m in re.finditer(r"\b((?:ld|st)\.[\w.]*global[\w.]*)",
                                                     kernel.asm["ptx"]))
-
-
-def _rows(mode, hidden, elem_bytes):
-    be, fe, nb = wire.geometry(mode, hidden, elem_bytes)
-    return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "NB_BLOCK": triton.next_power_of_2(nb),
-            "CB": min(32, triton.next_power_of_2(nb))}
 
 
 def _assert_rows_move_in_16_bytes(ops: Counter) -> None:
@@ -71,7 +71,8 @@ def test_dispatch_compiles(mode, like, replicate):
     constants = {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
                  "PAIR_BLOCK": 1024, **_mode(mode, torch.bfloat16), "LIKE": like,
                  "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate,
-                 "VERIFY": replicate and mode == "dc", "FINAL": replicate, "PROFILE": replicate, **_rows(mode, 7168, 2)}
+                 "VERIFY": replicate and mode == "dc", "FINAL": replicate, "PROFILE": replicate,
+                 "COUNTS_FIRST": mode == "tff" and not like, **row_meta(mode, 7168, 2)}
     _assert_rows_move_in_16_bytes(_compile(dk.dispatch, POINTERS["dispatch"], constants))
 
 
@@ -79,10 +80,10 @@ def test_dispatch_compiles(mode, like, replicate):
 @pytest.mark.parametrize(("partial", "gather"), [(False, False), (True, False), (False, True)])
 def test_combine_compiles(mode, partial, gather):
     pointers = dict(POINTERS["combine"])
-    rows = _rows(mode, 7168, 2)
+    rows = row_meta(mode, 7168, 2)
     if gather:
         pointers.update(out_ptr="*fp32", out_bits_ptr="*i32", y_ptr="*fp32")
-        rows = _rows(mode, 1, torch.float32.itemsize)
+        rows = row_meta(mode, 1, torch.float32.itemsize)
     constants = {"WORLD": 8, "W_BLOCK": 8, "E_LOCAL": 32, "TOP_K": 8, "K_BLOCK": 8,
                  **_mode(mode, torch.bfloat16),
                  "PARTIAL": partial, "WEIGHTED": partial, "SUM_WEIGHTED": not partial and not gather,
@@ -91,3 +92,48 @@ def test_combine_compiles(mode, partial, gather):
     ops = _compile(ck.combine, pointers, constants)
     if not gather:
         _assert_rows_move_in_16_bytes(ops)
+
+
+def _tile_layouts(ttgir: str, shape: str) -> list[tuple[list[int], list[int], list[int]]]:
+    """``(sizePerThread, threadsPerWarp, warpsPerCTA)`` of every wire access of an integer row tile
+    of ``shape`` (``"CBxBE"``) in ``ttgir``: loads and stores, but not the stores of received rows
+    into their destination (masked by the payload lanes, any layout will do there)."""
+    layouts = {m.group(1): tuple([int(v) for v in m.group(i).split(",")] for i in (2, 3, 4))
+               for m in re.finditer(r"^(#blocked\d*) = #ttg\.blocked<\{sizePerThread = \[([\d, ]+)\], "
+                                    r"threadsPerWarp = \[([\d, ]+)\], warpsPerCTA = \[([\d, ]+)\]",
+                                    ttgir, re.M)}
+    accesses = re.finditer(rf"(tt\.load|tt\.store) (.*)tensor<{shape}x!tt\.ptr<i\d+>, (#blocked\d*)>",
+                           ttgir)
+    return [layouts[m.group(3)] for m in accesses
+            if not (m.group(1) == "tt.store" and "%is_payload" in m.group(2))]
+
+
+@pytest.mark.parametrize("mode", ["tff", "sp"])
+@pytest.mark.parametrize(("hidden", "elem_bytes"), [(40, 2), (136, 2), (7168, 2), (24, 4)])
+def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes):
+    """``tff`` and ``sp`` trust a 128-byte block whose marker they loaded: every load and store of a
+    row tile must give each block to 8 lanes of one warp, 16 bytes each. Checked at small rows too,
+    where a tile of fewer blocks was spread over the warps, each block's halves in two warps (read
+    stale on an H200)."""
+    rows = row_meta(mode, hidden, elem_bytes)
+    int_type, float_type = {2: ("*i16", "*bf16"), 4: ("*i32", "*fp32")}[elem_bytes]
+    dispatch = {"WORLD": 2, "E_LOCAL": 4, "W_BLOCK": 2, "L_BLOCK": 4, "TOP_K": 2, "K_BLOCK": 2,
+                "PAIR_BLOCK": 64, **_mode(mode, torch.bfloat16), "LIKE": False, "RECORDS": True,
+                "REPLICATE": True, "VERIFY": False, "FINAL": True, "PROFILE": False,
+                "COUNTS_FIRST": mode == "tff", **rows}
+    combine = {"WORLD": 1, "W_BLOCK": 1, "E_LOCAL": 8, "TOP_K": 1, "K_BLOCK": 2,
+               **_mode(mode, torch.bfloat16), "PARTIAL": False, "WEIGHTED": False,
+               "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": False, "FINAL": True,
+               "PROFILE": False, **rows}
+    builds = [(dk.dispatch, dict(POINTERS["dispatch"], x_ptr=int_type, out_ptr=int_type), dispatch),
+              (ck.combine, dict(POINTERS["combine"], out_ptr=float_type, out_bits_ptr=int_type,
+                                y_ptr=float_type), combine)]
+    for fn, pointers, constants in builds:
+        ttgir = _build(fn, pointers, constants).asm["ttgir"]
+        layouts = _tile_layouts(ttgir, f"{rows['CB']}x{rows['BE']}")
+        assert layouts, f"{fn.__name__}: no row tile access found"
+        lanes_per_block = wire.BLOCK_BYTES // 16
+        for per_thread, per_warp, warps in layouts:
+            assert per_thread[-1] * elem_bytes == 16 and per_warp[-1] == lanes_per_block, (
+                fn.__name__, per_thread, per_warp, warps)
+            assert warps[-1] == 1, (fn.__name__, per_thread, per_warp, warps)

@@ -37,8 +37,9 @@ def _encode_rows(src_ptr, dst_ptr, lanes_ptr, epoch_ptr, HIDDEN: tl.constexpr, B
 
 
 @triton.jit
-def _decode_rows(wire_ptr, dst_ptr, epoch_ptr, err_addr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
-                 NB: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr):
+def _decode_rows(wire_ptr, dst_ptr, epoch_ptr, err_addr, HIDDEN: tl.constexpr, BE: tl.constexpr,
+                 FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
+                 SENTINEL: tl.constexpr):
     """Rows read back as the receivers read them (``wire.take_tile``); ``sp``'s fallback record is
     the epoch word itself, so a row holding the sentinel is taken too."""
     r = tl.program_id(0)
@@ -46,8 +47,8 @@ def _decode_rows(wire_ptr, dst_ptr, epoch_ptr, err_addr, HIDDEN: tl.constexpr, B
     deadline = sync.now_ns() + 10_000_000_000  # never reached: every row is whole
     for c in range(0, tl.cdiv(NB, CB)):
         values, p_off, is_payload = wire.take_tile(wire_ptr + r.to(tl.int64) * (NB * BE), c,
-                                                   epoch, deadline, err_addr, 0, 0, r, epoch_ptr, HIDDEN, BE,
-                                                   FE, NB, CB, MODE, SENTINEL)
+                                                   epoch, deadline, err_addr, 0, 0, r, epoch_ptr,
+                                                   HIDDEN, BE, FE, NB, CB, MODE, SENTINEL)
         tl.store(dst_ptr + r.to(tl.int64) * HIDDEN + p_off, values, mask=is_payload)
 
 
@@ -89,7 +90,7 @@ def test_wire_image_matches_protocol(mode, dtype, hidden, epoch):
     if mode == "sp":
         assert (lanes[:, 0] > 0).tolist() == protocol.row_collides(fmt, bits.view(dtype)).tolist()
     decoded = torch.zeros_like(bits, device="cuda")
-    errors = torch.zeros(3, dtype=torch.int64, pin_memory=True)  # the host error word, as the backend's
+    errors = torch.zeros(3, dtype=torch.int64, pin_memory=True)  # the host error word
     _decode_rows[(3,)](out, decoded, epoch_t, errors.data_ptr(), HIDDEN=hidden, BE=be, FE=fe, NB=nb, CB=4,
                        MODE=wire.MODE_CODES[mode], SENTINEL=sentinel)
     assert torch.equal(decoded.cpu(), bits)

@@ -33,11 +33,29 @@ INT_VIEW = {2: torch.int16, 4: torch.int32}  # rows move as integers of their el
 CHUNK_BYTES = 8192  # bytes of a row a program moves per step: few round trips per row
 MAX_PAIR_BLOCK = 1024
 NUM_WARPS = 8
+# Blocks of a row tile, at least one 16-byte vector per thread: Triton then gives each 128-byte block
+# to 8 lanes of one warp, so a block moves in one warp instruction, which tff and sp rely on. Smaller
+# tiles were spread over the warps, a block's halves in two warps (on an H200 the second 64 bytes of a
+# block were read stale while its flag was new; tests/test_cuda_compile.py checks the layouts).
+MIN_TILE_BLOCKS = NUM_WARPS * 32 * 16 // wire.BLOCK_BYTES
 # Programs per group: lower ids are scheduled first and never wait on higher ones, so a grid larger
 # than the GPU holds at once still completes.
 MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
 # Combine senders move up to K rows per item, one tile after another; more of them hide latency.
 MAX_COMBINE_SEND = 512
+# Up to this many tokens, senders wait for the counts to leave first: the receivers then know their
+# rows before the tokens land, instead of seeing the counts behind the tokens on the link.
+COUNTS_FIRST_TOKENS = 512
+
+
+def row_meta(sync_mode: str, hidden: int, elem_bytes: int) -> dict:
+    """Compile-time geometry of rows of ``hidden`` elements of ``elem_bytes`` bytes: block and flag
+    elements, blocks per row, ``CB`` blocks per tile; ``NB_BLOCK``, the dc verifiers' and sp's
+    marker-reset width (whole rows, not tiles)."""
+    be, fe, nb = wire.geometry(sync_mode, hidden, elem_bytes)
+    chunk = max(MIN_TILE_BLOCKS, min(triton.next_power_of_2(nb), CHUNK_BYTES // wire.BLOCK_BYTES))
+    return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "NB_BLOCK": triton.next_power_of_2(nb),
+            "CB": chunk}
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,14 +184,6 @@ class CudaBackend(Backend):
         """Thread blocks of a dispatch of ``num_tokens`` tokens (at most that many SMs busy)."""
         return self._workers(num_tokens).total
 
-    def _row_meta(self, hidden: int, elem_bytes: int) -> dict:
-        """Compile-time geometry of rows of ``hidden`` elements of ``elem_bytes`` bytes."""
-        be, fe, nb = wire.geometry(self.config.sync, hidden, elem_bytes)
-        chunk = min(triton.next_power_of_2(nb), max(1, CHUNK_BYTES // (be * elem_bytes)))
-        # NB_BLOCK: the dc verifiers' and sp's marker-reset width (whole rows, not chunks)
-        return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "NB_BLOCK": triton.next_power_of_2(nb),
-                "CB": chunk}
-
     def _dispatch_launch(self, workers: Workers, x_bits, idx, weights, sent, out_bits, out_w, rows,
                          pair_w, tpe, *, like: bool, replicate: bool, final: bool) -> None:
         cfg, sym = self.config, self.sym
@@ -194,8 +204,9 @@ class CudaBackend(Backend):
                 cfg.max_tokens_per_rank * cfg.top_k)),
             MODE=self.mode, SENTINEL=self.sentinel, LIKE=like, RECORDS=(not like) or sw,
             REPLICATE=replicate, VERIFY=workers.verify > 0, FINAL=final,
+            COUNTS_FIRST=cfg.sync == "tff" and not like and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,
             PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            **self._row_meta(cfg.hidden, cfg.dtype.itemsize))
+            **row_meta(cfg.sync, cfg.hidden, cfg.dtype.itemsize))
 
     def _combine_launches(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
                           weighted: bool, gather: bool):
@@ -229,7 +240,7 @@ class CudaBackend(Backend):
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=workers.verify > 0,
             FINAL=final,
             PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            **self._row_meta(rows_RF.shape[1], rows_RF.element_size()))
+            **row_meta(cfg.sync, rows_RF.shape[1], rows_RF.element_size()))
 
     # -- dispatch ---------------------------------------------------------------------------------
     # Each operation is a generator of launches. On a GPU they run back to back (`_finish`), the

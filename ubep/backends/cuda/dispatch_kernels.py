@@ -234,13 +234,14 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
              NB_BLOCK: tl.constexpr, CB: tl.constexpr, PAIR_BLOCK: tl.constexpr,
              MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
              REPLICATE: tl.constexpr, VERIFY: tl.constexpr, FINAL: tl.constexpr,
-             PROFILE: tl.constexpr):
+             COUNTS_FIRST: tl.constexpr, PROFILE: tl.constexpr):
     """One launch of a dispatch (see the module doc); program roles by id: ``[0, n_count)`` count,
     then ``n_send`` token senders, then (``VERIFY``, ``dc`` only) ``W`` verifiers, then ``n_recv``
     receivers. The first ``n_writers`` programs (the count group, plus the senders in ``sw``) publish
     the record; receivers wait for it if ``RECORDS``. In ``dc`` / ``sp`` the senders also keep the
     batch records (``records``); ``SENTINEL`` is ``sp``'s marker word. ``FINAL``: this launch ends
-    the call (receivers ack, the epoch advances). ``NB_BLOCK``: ``NB`` rounded up
+    the call (receivers ack, the epoch advances). ``COUNTS_FIRST`` (``tff`` only): senders start
+    once this rank's record is out, so the counts lead the tokens. ``NB_BLOCK``: ``NB`` rounded up
     to a power of two (the ``dc`` verifiers and ``sp``'s marker reset).
 
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
@@ -265,6 +266,10 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
             _count_role(pid, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, rank, slot, epoch,
                         n_count, tokens_max, WORLD, E_LOCAL, TOP_K, PAIR_BLOCK)
         else:
+            if COUNTS_FIRST:
+                sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
+                sync.wait_words(sig_local + slot * WORLD + rank, 1, 1, epoch, timeout_ns, err_addr,
+                                sync.WAIT_COUNTS, epoch, 1, 1, 1, False)
             acc_a, acc_b, acc_n = _send_role(pid - n_count, x_ptr, idx_ptr, num_tokens, stage_ptrs,
                                              sent_ptr, rank, slot, epoch, n_send, tokens_max, WORLD,
                                              W_BLOCK, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, CB,
