@@ -130,8 +130,8 @@ class CudaBackend(Backend):
         self.errors = torch.zeros(3, dtype=i64, pin_memory=device.type == "cuda")
         self.timeout_ns = int(cfg.timeout_s * 1e9)
         # Lanes of the per-token pair vectors. At least 2: with one lane (W = 1, K = 1) the tff
-        # combine summed nothing for 16-bit rows on an H200 (y all zeros, measured; the same code in
-        # Triton's interpreter, with two lanes, or in sw was right). Not root-caused.
+        # combine summed nothing for 16-bit rows on an H200 (y all zeros, measured). Likely the tile
+        # split over warps that MIN_TILE_BLOCKS removes; kept until a GPU run shows one lane right.
         self.k_block = triton.next_power_of_2(max(k, w, 2))
         # Receiving programs of every call's final launch: a constant, so acks count calls.
         self.consumers = min(w * tm, MAX_RECV)
