@@ -2,6 +2,8 @@
 against measured group times.
 
     PYTHONPATH=. python3 benchmarks/calibrate_split.py --out calib-out      # on 2+ GPUs of one host
+    PYTHONPATH=. python3 benchmarks/calibrate_split.py --refit benchmarks/data/calibration-....csv
+
 
 For each dispatch shape (tokens per rank, hidden) and each pair of group caps (the backend's
 ``max_count`` / ``max_send``), times dispatches with ``profile=True``: a group's time is when its last
@@ -9,12 +11,14 @@ program finished its work, from the launch's first stamp (``dispatch count: done
 token: done at``; median over the calls). Those are ``ubep.tuning.Sample``s of the count and token
 groups; ``ubep.tuning.calibrate`` fits the model on ``flat(W)`` starting from ``h200()``. Prints the
 fitted constants and, per sample, predicted and measured µs; writes ``calibration.csv`` / ``.md`` and
-``params.json`` under ``--out``.
+``params.json`` under ``--out``. ``--refit`` fits the measured column of an earlier
+``calibration.csv`` again instead (no GPU needed; ``--ranks`` defaults to 2 there).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import json
 import os
@@ -82,9 +86,19 @@ def samples_of(rows: list[dict], args: argparse.Namespace) -> list[Sample]:
     return out
 
 
+def samples_from_csv(path: Path, args: argparse.Namespace) -> list[Sample]:
+    """The samples of an earlier run's ``calibration.csv`` (its ``measured_us`` column)."""
+    with path.open(newline="") as f:
+        return [Sample(shape=DispatchShape(tokens=int(r["tokens"]), experts=args.experts,
+                                           topk=args.top_k, bytes_per_token=int(r["bytes_per_token"])),
+                       n_workers=int(r["n_count"]) + int(r["n_token"]), n_count=int(r["n_count"]),
+                       group=r["group"], time_ns=1e3 * float(r["measured_us"]))
+                for r in csv.DictReader(f)]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ranks", type=int, default=torch.cuda.device_count())
+    p.add_argument("--ranks", type=int, default=None, help="default: every GPU (--refit: 2)")
     p.add_argument("--tokens", type=int, nargs="+", default=[16, 128, 512, 4096])
     p.add_argument("--hidden", type=int, nargs="+", default=[2048, 7168])
     p.add_argument("--experts", type=int, default=256)
@@ -94,12 +108,20 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("calib-out"))
+    p.add_argument("--refit", type=Path, help="an earlier calibration.csv to fit again")
     args = p.parse_args()
-    if args.ranks < 2:
-        print("needs at least 2 GPUs", file=sys.stderr)
-        return 2
-    rows = run_ranks(sweep_rank, args.ranks, args, pg_backend="nccl", timeout_s=3000)[0]
-    samples = samples_of(rows, args)
+    if args.refit:
+        args.ranks = args.ranks or 2
+        samples = samples_from_csv(args.refit, args)
+        measured_on = f"measured as {args.refit}"
+    else:
+        args.ranks = args.ranks or torch.cuda.device_count()
+        if args.ranks < 2:
+            print("needs at least 2 GPUs", file=sys.stderr)
+            return 2
+        rows = run_ranks(sweep_rank, args.ranks, args, pg_backend="nccl", timeout_s=3000)[0]
+        samples = samples_of(rows, args)
+        measured_on = torch.cuda.get_device_name(0)
     topology = flat(args.ranks)
     fit = calibrate(samples, topology, h200())
     table = [{"tokens": s.shape.tokens, "bytes_per_token": s.shape.bytes_per_token,
@@ -107,7 +129,7 @@ def main() -> int:
               "measured_us": round(s.time_ns / 1e3, 2),
               "predicted_us": round(predict(s, traffic(s.shape, topology), fit.params) / 1e3, 2)}
              for s in samples]
-    title = (f"EP{args.ranks} on {torch.cuda.get_device_name(0)}, {args.experts} experts, "
+    title = (f"EP{args.ranks} on {measured_on}, {args.experts} experts, "
              f"top-{args.top_k}, bf16; rms error {fit.rms_error_ns / 1e3:.2f} µs, max relative "
              f"error {fit.max_rel_error:.1%}; fitted {fit.params}")
     print(write_table(table, args.out / "calibration", title))

@@ -3,7 +3,7 @@
 Each sample is one group's time from in-kernel timestamps (count group, token group, or reorder
 tail), so each group's model is linear in its unknowns once ``max_token_workers`` is fixed:
 
-- count:   ``t - L = b_count + beta * ceil(E / n_c) + cumsum * W * ceil(E_local / n_c)``
+- count:   ``t - L = b_count + (beta + pair * T * K) * ceil(E / n_c) + cumsum * W * ceil(E_local / n_c)``
 - token:   ``t - L = b_token + alpha * c + (1 / eff) * c * B * n_sat * nu``, ``c`` copies per worker
 - reorder: ``t = (1 / reorder_gbps) * ceil(T * K / n) * B``
 
@@ -82,8 +82,12 @@ def predict(sample: Sample, tr: Traffic, params: CostParams) -> float:
     return reorder_tail_ns(sample.shape, sample.n_workers, params)
 
 
-def _lstsq(rows: list[list[float]], y: list[float], what: str) -> tuple[np.ndarray, float]:
-    a, b = np.array(rows, dtype=np.float64), np.array(y, dtype=np.float64)
+def _lstsq(rows: list[list[float]], y: list[float], times: list[float],
+           what: str) -> tuple[np.ndarray, float]:
+    """Least squares of the relative error: each sample's row and target divided by its measured
+    time (samples span microseconds to milliseconds; absolute errors would let the longest decide)."""
+    weight = 1.0 / np.maximum(np.array(times, dtype=np.float64), 1.0)[:, None]
+    a, b = np.array(rows, dtype=np.float64) * weight, np.array(y, dtype=np.float64) * weight[:, 0]
     scale = np.linalg.norm(a, axis=0)  # columns span 1 to ~1e6: solve on unit columns
     if not scale.all() or np.linalg.matrix_rank(a / scale) < a.shape[1]:
         raise ValueError(f"samples do not determine {what}: vary the shape and split more")
@@ -91,15 +95,23 @@ def _lstsq(rows: list[list[float]], y: list[float], what: str) -> tuple[np.ndarr
     return coef, float(np.sum((a @ coef - b) ** 2))
 
 
-def _count_fit(samples: list[Sample], tr: dict[tuple[int, int], Traffic]) -> np.ndarray:
+def _count_fit(samples: list[Sample], tr: dict[tuple[int, int], Traffic],
+               base: CostParams) -> dict[str, float]:
+    """``b_count_ns``, ``beta_ns``, ``cumsum_ns_per_source`` and, where the samples vary the pairs
+    per rank ``T * K``, ``pair_ns`` (else it stays as in ``base``)."""
+    with_pairs = len({s.shape.tokens * s.shape.topk for s in samples}) > 1
     rows, y = [], []
     for s in samples:
         t = tr[s.shape.experts, s.shape.topk]
         local = s.shape.experts // t.world_size
-        rows.append([1.0, math.ceil(s.shape.experts / s.n_count),
-                     t.world_size * math.ceil(local / s.n_count)])
-        y.append(s.time_ns - t.latency_ns)
-    return _lstsq(rows, y, "b_count_ns, beta_ns and cumsum_ns_per_source")[0]
+        experts_each = math.ceil(s.shape.experts / s.n_count)
+        pairs = experts_each * s.shape.tokens * s.shape.topk
+        rows.append([1.0, experts_each, t.world_size * math.ceil(local / s.n_count)]
+                    + ([pairs] if with_pairs else []))
+        y.append(s.time_ns - t.latency_ns - (0.0 if with_pairs else base.pair_ns * pairs))
+    names = ["b_count_ns", "beta_ns", "cumsum_ns_per_source"] + (["pair_ns"] if with_pairs else [])
+    coef = _lstsq(rows, y, [s.time_ns for s in samples], ", ".join(names))[0]
+    return {name: max(float(c), 0.0) for name, c in zip(names, coef, strict=True)}
 
 
 def _token_fit(samples: list[Sample], tr: dict[tuple[int, int], Traffic]) -> tuple[np.ndarray, int]:
@@ -112,7 +124,8 @@ def _token_fit(samples: list[Sample], tr: dict[tuple[int, int], Traffic]) -> tup
             rows.append([1.0, copies, copies * s.shape.bytes_per_token * n_sat * t.ns_per_byte])
             y.append(s.time_ns - t.latency_ns)
         try:
-            coef, sse = _lstsq(rows, y, "b_token_ns, alpha_ns and link_efficiency")
+            coef, sse = _lstsq(rows, y, [s.time_ns for s in samples],
+                               "b_token_ns, alpha_ns and link_efficiency")
         except ValueError:
             continue  # this n_sat makes two columns proportional; another may not
         if best is None or sse < best[0]:
@@ -126,8 +139,8 @@ def _token_fit(samples: list[Sample], tr: dict[tuple[int, int], Traffic]) -> tup
 def calibrate(samples: Sequence[Sample], topology: Topology, base: CostParams) -> Calibration:
     """Fit the groups that have samples; the rest, and ``barrier_ns``, stay as in ``base``.
 
-    A negative ``b_*``, ``alpha``, ``beta`` or ``cumsum`` estimate means that term is below the
-    noise: it is set to 0 and the reported error is that of the parameters returned.
+    A negative ``b_*``, ``alpha``, ``beta``, ``pair`` or ``cumsum`` estimate means that term is below
+    the noise: it is set to 0 and the reported error is that of the parameters returned.
 
     Example: token samples made by :func:`predict` from ``h200()`` on ``flat(2)``, over
     ``T in {64, 512}``, ``B in {7168, 14336}``, ``n_token in {8, 16, 48, 130}``, give back
@@ -148,9 +161,7 @@ def calibrate(samples: Sequence[Sample], topology: Topology, base: CostParams) -
     by_group = {g: [s for s in samples if s.group == g] for g in GROUPS}
     fitted: dict[str, float | int] = {}
     if by_group["count"]:
-        coef = _count_fit(by_group["count"], tr)
-        fitted.update(zip(("b_count_ns", "beta_ns", "cumsum_ns_per_source"),
-                          (max(float(c), 0.0) for c in coef), strict=True))
+        fitted.update(_count_fit(by_group["count"], tr, base))
     if by_group["token"]:
         (b, alpha, inv_eff), n_sat = _token_fit(by_group["token"], tr)
         if inv_eff <= 0:
@@ -161,7 +172,8 @@ def calibrate(samples: Sequence[Sample], topology: Topology, base: CostParams) -
     if by_group["reorder"]:
         rows = [[math.ceil(s.shape.tokens * s.shape.topk / s.n_workers) * s.shape.bytes_per_token]
                 for s in by_group["reorder"]]
-        (inv_gbps,), _ = _lstsq(rows, [s.time_ns for s in by_group["reorder"]], "reorder_gbps")
+        times = [s.time_ns for s in by_group["reorder"]]
+        (inv_gbps,), _ = _lstsq(rows, times, times, "reorder_gbps")
         if inv_gbps <= 0:
             raise ValueError(f"samples give a non-positive reorder cost ({inv_gbps:.3g})")
         fitted["reorder_gbps"] = 1.0 / float(inv_gbps)

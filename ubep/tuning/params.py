@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, fields
 CM384_AIVS = 48
 H200_SMS = 132
 
-_NONNEGATIVE_NS = ("alpha_ns", "beta_ns", "b_count_ns", "b_token_ns", "cumsum_ns_per_source",
+_NONNEGATIVE_NS = ("alpha_ns", "beta_ns", "pair_ns", "b_count_ns", "b_token_ns", "cumsum_ns_per_source",
                    "barrier_ns")
 
 
@@ -26,6 +26,9 @@ class CostParams:
     - ``alpha_ns``: software cost of one token copy on one token worker (slot lookup, issue,
       flag), on top of its bytes.
     - ``beta_ns``: cost of one expert's count on one count worker (count, send to its rank).
+    - ``pair_ns``: cost per (token, top-k) pair of one expert's count, where a count worker scans
+      every pair for each of its experts (the CUDA count group does); 0 where counts come from one
+      pass over the pairs.
     - ``b_count_ns``, ``b_token_ns``: constant start-up cost of each group, kept in the model
       because at decode batch sizes they are not small next to the variable part.
     - ``cumsum_ns_per_source``: CalCumSum, per source rank and local expert: the exclusive prefix
@@ -40,6 +43,7 @@ class CostParams:
     name: str
     alpha_ns: float
     beta_ns: float
+    pair_ns: float
     b_count_ns: float
     b_token_ns: float
     cumsum_ns_per_source: float
@@ -102,7 +106,7 @@ def cm384_ascend() -> CostParams:
     - ``alpha_ns=100``, ``b_count_ns=500``, ``reorder_gbps=30``, ``link_efficiency=1.0``:
       assumptions.
     """
-    return CostParams(name="cm384-ascend", alpha_ns=100.0, beta_ns=175.0, b_count_ns=500.0,
+    return CostParams(name="cm384-ascend", alpha_ns=100.0, beta_ns=175.0, pair_ns=0.0, b_count_ns=500.0,
                       b_token_ns=1000.0, cumsum_ns_per_source=70.0, max_token_workers=24,
                       link_efficiency=1.0, reorder_gbps=30.0, barrier_ns=3500.0)
 
@@ -110,11 +114,14 @@ def cm384_ascend() -> CostParams:
 def h200() -> CostParams:
     """One H200 (132 SMs) over :func:`ubep.topology.flat` (394 GB/s measured P2P copy).
 
-    - ``max_token_workers=24``, ``link_efficiency=0.89``: measured (Triton stores into a peer:
-      8 programs 120 GB/s, 16: 230, 24: 335, 132: 350 GB/s; 350 / 394 = 0.89).
-    - ``alpha_ns=200``, ``beta_ns=50``, ``cumsum_ns_per_source=20``, ``b_count_ns=1000``,
-      ``b_token_ns=2000``, ``reorder_gbps=30``, ``barrier_ns=2000``: assumptions.
+    - ``alpha_ns``, ``beta_ns``, ``pair_ns``, ``b_count_ns``, ``b_token_ns``,
+      ``cumsum_ns_per_source``, ``max_token_workers``, ``link_efficiency``: fitted to the cuda
+      backend's in-kernel group times at EP2 (``benchmarks/calibrate_split.py --refit
+      benchmarks/data/calibration-h200-ep2-2026-11-30.csv``, rounded; errors in BENCHMARKS.md). Its
+      count group scans every pair per expert (``pair_ns``) and leaves the prefix sums to the
+      receivers; the fit puts that group's fixed cost mostly in ``cumsum_ns_per_source``.
+    - ``reorder_gbps=30``, ``barrier_ns=2000``: assumptions (not sampled).
     """
-    return CostParams(name="h200", alpha_ns=200.0, beta_ns=50.0, b_count_ns=1000.0,
-                      b_token_ns=2000.0, cumsum_ns_per_source=20.0, max_token_workers=24,
-                      link_efficiency=0.89, reorder_gbps=30.0, barrier_ns=2000.0)
+    return CostParams(name="h200", alpha_ns=182.0, beta_ns=0.0, pair_ns=1.7, b_count_ns=386.0,
+                      b_token_ns=6095.0, cumsum_ns_per_source=466.0, max_token_workers=42,
+                      link_efficiency=1.064, reorder_gbps=30.0, barrier_ns=2000.0)
