@@ -4,7 +4,6 @@ against measured group times.
     PYTHONPATH=. python3 benchmarks/calibrate_split.py --out calib-out      # on 2+ GPUs of one host
     PYTHONPATH=. python3 benchmarks/calibrate_split.py --refit benchmarks/data/calibration-....csv
 
-
 For each dispatch shape (tokens per rank, hidden) and each pair of group caps (the backend's
 ``max_count`` / ``max_send``), times dispatches with ``profile=True``: a group's time is when its last
 program finished its work, from the launch's first stamp (``dispatch count: done at``, ``dispatch
@@ -113,7 +112,7 @@ def main() -> int:
     if args.refit:
         args.ranks = args.ranks or 2
         samples = samples_from_csv(args.refit, args)
-        measured_on = f"measured as {args.refit}"
+        measured_on = f"the measurements in {args.refit}"
     else:
         args.ranks = args.ranks or torch.cuda.device_count()
         if args.ranks < 2:

@@ -143,8 +143,8 @@ def calibrate(samples: Sequence[Sample], topology: Topology, base: CostParams) -
     the noise: it is set to 0 and the reported error is that of the parameters returned.
 
     Example: token samples made by :func:`predict` from ``h200()`` on ``flat(2)``, over
-    ``T in {64, 512}``, ``B in {7168, 14336}``, ``n_token in {8, 16, 48, 130}``, give back
-    ``alpha_ns=200``, ``b_token_ns=2000``, ``link_efficiency=0.89``, ``max_token_workers=24``.
+    ``T in {64, 512}``, ``B in {7168, 14336}``, ``n_token in {8, 16, 48, 130}``, give back its
+    ``alpha_ns``, ``b_token_ns``, ``link_efficiency`` and ``max_token_workers``.
     """
     samples = list(samples)
     if not samples:
