@@ -1,14 +1,44 @@
 #!/usr/bin/env bash
-# Everything this project checks on a GPU machine, in one go: the GPU tests (bit for bit against the
-# oracle, stress, timeouts, CUDA graphs, wire images), then the side-by-side benchmark.
-#   benchmarks/run_gpu_checks.sh [output folder]     (default: bench-out)
+# Everything this project checks on a GPU machine: the GPU tests (bit for bit against the oracle,
+# stress, timeouts, CUDA graphs, wire images, profiling), then the side-by-side benchmark.
+#   benchmarks/run_gpu_checks.sh [part ...]     parts: exact, stress, bench (default: all three)
+# Each group runs under its own time limit (LIMIT_S, default 300 s), so one stuck group cannot use up
+# the others' time; a GPU test case costs about 35 s (processes, NCCL, Triton compiles), so `exact`
+# and `stress` take about 5 minutes each (on a machine lent for 10-minute calls: one part per call;
+# the whole benchmark needs LIMIT_S=590). Logs go to $OUT (default bench-out), one per group.
 # Needs 2 or more GPUs of one host; NVLink multicast stays off.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-out=${1:-bench-out}
+out=${OUT:-bench-out}
+limit=${LIMIT_S:-300}
 mkdir -p "$out"
 status=0
-python3 -m pytest -q tests/test_cuda_wire.py tests/test_cuda.py || status=1
-PYTHONPATH=. python3 benchmarks/bench_ep.py --vdev --out "$out/bench" || status=1
+
+run() {  # run NAME COMMAND...: under the time limit, log to $out/NAME.log, summary on stdout
+  local name=$1
+  shift
+  timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc"
+  tail -n 3 "$out/$name.log"
+  [ "$rc" -eq 0 ] || status=1
+}
+
+parts=("$@")
+[ ${#parts[@]} -gt 0 ] || parts=(exact stress bench)
+for part in "${parts[@]}"; do
+  case $part in
+    exact)
+      run wire python3 -m pytest -q -rf tests/test_cuda_wire.py
+      run exact python3 -m pytest -q -rf tests/test_cuda.py -k "not stress" ;;
+    stress)
+      run stress python3 -m pytest -q -rf tests/test_cuda.py -k stress ;;
+    bench)
+      run bench env PYTHONPATH=. python3 benchmarks/bench_ep.py --vdev --out "$out/bench" ;;
+    *)
+      echo "unknown part '$part' (exact, stress, bench)" >&2
+      exit 2 ;;
+  esac
+done
 exit $status
