@@ -135,6 +135,7 @@ class CudaBackend(Backend):
         self.k_block = triton.next_power_of_2(max(k, w, 2))
         # Receiving programs of every call's final launch: a constant, so acks count calls.
         self.consumers = min(w * tm, MAX_RECV)
+        self.verifiers = w if cfg.sync == "dc" else 0  # dc: one verify program per source
         self.last_launches: dict[str, LaunchStamps] = {}  # per op, with profiling on
         self.phased = False  # see the dispatch section
         # Caps of the count and token groups: free to change between calls (the receiving group is
@@ -178,7 +179,7 @@ class CudaBackend(Backend):
         cfg = self.config
         return Workers(count=min(cfg.num_experts, self.max_count),
                        send=max(1, min(num_tokens, self.max_send)), recv=self.consumers,
-                       verify=cfg.world_size if cfg.sync == "dc" else 0)
+                       verify=self.verifiers)
 
     def programs(self, num_tokens: int) -> int:
         """Thread blocks of a dispatch of ``num_tokens`` tokens (at most that many SMs busy)."""
@@ -213,7 +214,7 @@ class CudaBackend(Backend):
         """The combine kernel: one launch, or (``phased``) the senders, ``yield``, the reducers."""
         cfg = self.config
         workers = Workers(0, min(cfg.world_size * cfg.max_tokens_per_rank, MAX_COMBINE_SEND),
-                          self.consumers, verify=cfg.world_size if cfg.sync == "dc" else 0)
+                          self.consumers, verify=self.verifiers)
         if self.phased:
             self._combine_launch(replace(workers, recv=0, verify=0), rows_RF, routes, num_tokens,
                                  source_w, y, partial=partial, weighted=weighted, gather=gather,

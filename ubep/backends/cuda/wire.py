@@ -138,12 +138,14 @@ def take_tile(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr,
 
     ``tff``: the chunk is loaded until every block's flag *in the loaded values* holds ``epoch``, so
     each block's flag and payload come from one load instruction (16 bytes per thread, a warp per
-    128-byte block); a separate flag poll followed by a payload load would need an acquire
-    between the two. ``sp``: likewise, until no block's first 8 bytes *in the loaded values* are the
-    sentinel ``SENTINEL`` twice, or the source's fallback record at ``rec_ptr`` reads ``epoch`` (an
-    acquire, then one more load). A wait past ``deadline`` (``%globaltimer`` ns) is reported through
-    the host error word, naming ``peer``. ``sw``: one load (the record said the rows have landed);
-    ``dc``: the same, then the markers decoded (the verify group matched the source's checksum).
+    128-byte block; Triton lays the tile out so only when ``CB`` is at least the backend's
+    ``MIN_TILE_BLOCKS``, see ``backend.row_meta``); a separate flag poll followed by a payload load
+    would need an acquire between the two. ``sp``: likewise, until no block's first 8 bytes *in the
+    loaded values* are the sentinel ``SENTINEL`` twice, or the source's fallback record at
+    ``rec_ptr`` reads ``epoch`` (an acquire, then one more load). A wait past ``deadline``
+    (``%globaltimer`` ns) is reported through the host error word, naming ``peer``. ``sw``: one
+    load (the record said the rows have landed); ``dc``: the same, then the markers decoded (the
+    verify group matched the source's checksum).
     The loads bypass L1, which may hold lines from before the peer wrote."""
     w_off, p_off, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB)
     in_row = w_off < NB * BE
