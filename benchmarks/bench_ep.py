@@ -100,24 +100,27 @@ def bench_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
             x, idx, w = _routing(rank, tokens, maxvio, args, dev)
             case = {"tokens": tokens, "maxvio": maxvio}
             wire = _wire(idx, rank, world, args)
-            for backend, sync, layout in _variants(args):
+            for backend, sync, layout, sms in _variants(args):
                 if layout == "padded" and tokens > PADDED_MAX_TOKENS:
                     continue
                 buf = ubep.Buffer(hidden=args.hidden, num_experts=args.experts, top_k=args.top_k,
                                   max_tokens_per_rank=tokens, dtype=torch.bfloat16,
-                                  backend=backend, layout=layout, sync=sync, check_inputs=False)
+                                  backend=backend, layout=layout, sync=sync, check_inputs=False,
+                                  num_sms=sms)
                 res = buf.dispatch(x, idx, w)
-                name = f"{backend}/{layout}" + (f"/{sync}" if backend == "cuda" else "")
-                programs = buf._backend.programs(tokens) if backend == "cuda" else None
+                name = f"{backend}/{layout}" + (f"/{sync}" if backend == "cuda" else "") \
+                    + (f"/sms{sms}" if sms else "")
+                programs = (buf._backend.programs(tokens), buf._backend.combine_programs()) \
+                    if backend == "cuda" else (None, None)
                 rows.append({**case, "what": f"{name} dispatch", "bytes": wire.total_bytes,
-                             "programs": programs,
+                             "programs": programs[0],
                              "us": _time(lambda b=buf, x=x, i=idx, w=w: b.dispatch(x, i, w),
                                          args.iters, args.warmup)})
                 for reduce in ("source", "expert_rank"):
                     out_bytes = (wire.pairs_sent if reduce == "source" else wire.tokens_sent) \
                         * args.hidden * 2
                     rows.append({**case, "what": f"{name} combine {reduce}", "bytes": out_bytes,
-                                 "programs": programs,
+                                 "programs": programs[1],
                                  "us": _time(lambda b=buf, r=res, red=reduce: b.combine(
                                      r.recv_x, r.handle, reduce=red), args.iters, args.warmup)})
                 if (backend, layout) == ("cuda", "padded"):
@@ -142,12 +145,15 @@ def _graphed(fn):
     return graph, out
 
 
-def _variants(args) -> list[tuple[str, str, str]]:
-    """``(backend, sync, layout)`` to time; the reference ignores the sync mode."""
+def _variants(args) -> list[tuple[str, str, str, int | None]]:
+    """``(backend, sync, layout, num_sms)`` to time; the reference ignores the sync mode and the SM
+    budget."""
     out = []
     for backend in args.backends:
-        for sync in (args.syncs if backend == "cuda" else ["sw"]):
-            out += [(backend, sync, layout) for layout in args.layouts]
+        cuda = backend == "cuda"
+        for sync in (args.syncs if cuda else ["sw"]):
+            for sms in (args.num_sms if cuda else [0]):
+                out += [(backend, sync, layout, sms or None) for layout in args.layouts]
     return out
 
 
@@ -155,12 +161,12 @@ def _graph_rows(buf, x, idx, w, case: dict, wire, name: str, programs, args) -> 
     """The padded layout's dispatch and combines timed as CUDA-graph replays (no launch cost)."""
     dispatch_graph, res = _graphed(lambda: buf.dispatch(x, idx, w))
     rows = [{**case, "what": f"{name} graph dispatch", "bytes": wire.total_bytes,
-             "programs": programs, "us": _time(dispatch_graph.replay, args.iters, args.warmup)}]
+             "programs": programs[0], "us": _time(dispatch_graph.replay, args.iters, args.warmup)}]
     for reduce in ("source", "expert_rank"):
         graph, _ = _graphed(lambda red=reduce: buf.combine(res.recv_x, res.handle, reduce=red))
         out_bytes = (wire.pairs_sent if reduce == "source" else wire.tokens_sent) * args.hidden * 2
         rows.append({**case, "what": f"{name} graph combine {reduce}", "bytes": out_bytes,
-                     "programs": programs, "us": _time(graph.replay, args.iters, args.warmup)})
+                     "programs": programs[1], "us": _time(graph.replay, args.iters, args.warmup)})
     return rows
 
 
@@ -244,7 +250,10 @@ def main() -> int:
     p.add_argument("--layouts", nargs="+", default=["compact", "padded"])
     p.add_argument("--backends", nargs="+", default=["reference", "cuda"],
                    help="the reference comes first: its handle counts the bytes")
-    p.add_argument("--syncs", nargs="+", default=["sw", "tff"], help="sync modes of the cuda backend")
+    p.add_argument("--syncs", nargs="+", default=["sw", "tff", "sp"],
+                   help="sync modes of the cuda backend")
+    p.add_argument("--num-sms", type=int, nargs="+", default=[0],
+                   help="SM budgets of the cuda backend (Buffer num_sms; 0: its fixed group caps)")
     p.add_argument("--vdev", action="store_true",
                    help="also time torch's all_to_all_vdev (NVSHMEM; not yet run on our machines)")
     p.add_argument("--iters", type=int, default=20)

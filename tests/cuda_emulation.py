@@ -58,7 +58,8 @@ def emulated_backends(case: Case) -> list:
             cfg = EPConfig(world_size=world, rank=rank, hidden=case.hidden,
                            num_experts=case.num_experts, top_k=case.top_k,
                            max_tokens_per_rank=case.max_tokens or max(max(case.tokens), 1),
-                           dtype=DTYPES[case.dtype], layout=case.layout, sync=case.sync)
+                           dtype=DTYPES[case.dtype], layout=case.layout, sync=case.sync,
+                           num_sms=case.num_sms)
             backend = cb.CudaBackend(cfg, None, torch.device("cpu"))
             backend.timeout_ns = 0  # the interpreter has no timer: a wait checks once
             backend.phased = True

@@ -31,6 +31,8 @@ def test_worked_example():
     ("layout", "dense", ValueError, "layout must be one of"),
     ("sync", "flag", ValueError, "sync must be one of"),
     ("timeout_s", 0, ValueError, "timeout_s must be > 0"),
+    ("num_sms", 0, ValueError, "num_sms must be >= 1"),
+    ("num_sms", 2.5, TypeError, "num_sms must be an int"),
 ])
 def test_bad_field_is_named(field, value, error, words):
     with pytest.raises(error, match=words):

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.cuda_emulation import emulated_case, emulated_sentinel_case
+from tests.cuda_emulation import emulated_backends, emulated_case, emulated_sentinel_case
 from tests.workers import Case
 from ubep.launch import run_ranks
 
@@ -33,6 +33,11 @@ CASES = [
     Case(tokens=(5, 3), hidden=24, num_experts=8, top_k=2, dtype="fp32", sync="sp", drop=0.25),
     Case(tokens=(4, 0, 6), hidden=136, num_experts=6, top_k=3, dtype="fp16", layout="padded",
          sync="sp", seed=1),
+    # SM budgets: the fewest programs a launch may have (one per group), and a split from the model
+    Case(tokens=(9, 5), hidden=40, num_experts=8, top_k=3, dtype="fp32", sync="tff", seed=6,
+         num_sms=3),
+    Case(tokens=(6, 0, 7), hidden=24, num_experts=6, top_k=2, dtype="fp16", layout="padded",
+         sync="sp", seed=7, num_sms=8),
 ]
 # sp rows holding the sentinel: fp32 rows of 2 blocks, fp16 rows of 3 (the last one padded)
 SENTINEL_CASES = [
@@ -43,7 +48,8 @@ SENTINEL_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"W{len(c.tokens)}-{c.layout}-{c.dtype}-{c.sync}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"W{len(c.tokens)}-{c.layout}-{c.dtype}-{c.sync}"
+                         + (f"-sms{c.num_sms}" if c.num_sms else ""))
 def test_emulated_ranks_match_oracle(case, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # inherited by the spawned process
     run_ranks(emulated_case, 1, case, timeout_s=600)
@@ -54,3 +60,25 @@ def test_emulated_ranks_match_oracle(case, monkeypatch):
 def test_emulated_sp_rows_holding_the_sentinel(case, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     run_ranks(emulated_sentinel_case, 1, case, 3, timeout_s=600)
+
+
+@pytest.mark.parametrize(("sync", "num_sms"), [("tff", 3), ("sw", 24), ("sp", 132), ("dc", 5)])
+def test_sm_budget_bounds_every_launch(sync, num_sms):
+    """Every launch has at most ``num_sms`` programs (the compact layout's sizing launch adds one
+    receiver to the writers), and the count / token split is the model's for the senders left."""
+    from ubep.topology import flat
+    from ubep.tuning import DispatchShape, best_split, h200
+
+    case = Case(tokens=(64, 64), hidden=64, num_experts=256, top_k=8, sync=sync, num_sms=num_sms,
+                max_tokens=4096)
+    backend = emulated_backends(case)[0]
+    senders = num_sms - backend.verifiers - backend.consumers
+    assert backend.consumers >= 1 and senders >= 2
+    assert backend.combine_programs() <= num_sms
+    for tokens in (0, 1, 16, 128, 4096):
+        workers = backend._workers(tokens)
+        assert workers.total <= num_sms and workers.count + workers.send + 1 <= num_sms
+        shape = DispatchShape(tokens=-(-tokens // 128) * 128, experts=256, topk=8,
+                              bytes_per_token=64 * 2)
+        split = best_split(shape, senders, flat(2), h200())
+        assert (workers.count, workers.send) == (split.n_count, max(1, min(tokens, split.n_token)))

@@ -19,7 +19,7 @@ def cases_for(world: int) -> list[Case]:
         Case(tokens=tokens, hidden=72, num_experts=experts, top_k=2, dtype="fp16",
              layout="padded", drop=0.25, seed=1),
         Case(tokens=tuple(t + 4 for t in tokens), hidden=24, num_experts=experts, top_k=8,
-             dtype="fp32", maxvio=3.0, drop=0.1, seed=2),
+             dtype="fp32", maxvio=3.0, drop=0.1, seed=2, num_sms=6),
         Case(tokens=tuple(t + 8 for t in tokens), hidden=200, num_experts=experts, top_k=8,
              dtype="bf16", layout="padded", maxvio=1.0, seed=3, max_tokens=24),
         Case(tokens=(0,) * world, hidden=24, num_experts=experts, top_k=2, seed=4, max_tokens=3),

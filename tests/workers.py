@@ -33,6 +33,7 @@ class Case:
     max_tokens: int = 0  # 0: max(tokens)
     backend: str = "reference"
     sync: str = "tff"
+    num_sms: int | None = None  # the cuda backend's SM budget (others ignore it)
 
 
 def case_inputs(case: Case, rank: int):
@@ -134,7 +135,7 @@ def run_case(rank: int, world_size: int, case: Case) -> dict:
     buf = ubep.Buffer(hidden=case.hidden, num_experts=case.num_experts, top_k=case.top_k,
                       max_tokens_per_rank=max_tokens, dtype=dtype, layout=case.layout,
                       profile=True, timeout_s=30 if case.backend == "cuda" else 60,
-                      backend=case.backend, sync=case.sync)
+                      backend=case.backend, sync=case.sync, num_sms=case.num_sms)
     cfg = buf.config
     x, idx, w = (t.to(buf.device) for t in inputs[rank])
     x = x.clone().requires_grad_(case.grads)

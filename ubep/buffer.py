@@ -72,6 +72,11 @@ def _make_backend(name: str, config: EPConfig, group, device: torch.device) -> B
         if config.sync not in CUDA_SYNC_MODES:
             raise ValueError(f"sync must be one of {CUDA_SYNC_MODES} for backend='cuda' (dc runs on "
                              f"the reference and ascend backends), got {config.sync!r}")
+        least = 3 + (config.world_size if config.sync == "dc" else 0)
+        if config.num_sms is not None and config.num_sms < least:
+            raise ValueError(f"num_sms must be >= {least} for backend='cuda' with sync="
+                             f"{config.sync!r} (one count, one token and one receive program"
+                             f"{', one verifier per rank' if least > 3 else ''}), got {config.num_sms}")
         if device.type != "cuda":
             raise ValueError(f"backend='cuda' needs CUDA tensors, but the buffer's device is {device}")
         try:
@@ -107,6 +112,9 @@ class Buffer:
         timeout_s: how long any collective may wait for peers before raising ``EPCommError``.
         check_inputs: also check index values (range, duplicates); costs one host sync.
         profile: record per-phase times (see :meth:`phase_times`).
+        num_sms: the cuda backend's SM budget: each launch has at most this many thread blocks, split
+            between its groups by ``ubep.tuning`` (at least 3, plus ``W`` in ``dc``); ``None``: the
+            backend's fixed group caps. Other backends ignore it.
     """
 
     def __init__(
@@ -125,6 +133,7 @@ class Buffer:
         timeout_s: float = 60.0,
         check_inputs: bool = True,
         profile: bool = False,
+        num_sms: int | None = None,
     ):
         if not dist.is_initialized():
             raise ValueError("group: torch.distributed is not initialized; call "
@@ -143,6 +152,7 @@ class Buffer:
             sync=sync,
             timeout_s=timeout_s,
             check_inputs=check_inputs,
+            num_sms=num_sms,
         )
         self.device = torch.device(device) if device is not None else _device_of(group)
         self._backend: Backend = _make_backend(backend, self.config, group, self.device)

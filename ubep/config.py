@@ -45,6 +45,7 @@ class EPConfig:
     sync: str = "tff"
     timeout_s: float = 60.0
     check_inputs: bool = True
+    num_sms: int | None = None  # cuda backend: most thread blocks per launch; None: its own caps
 
     def __post_init__(self) -> None:
         for name in ("world_size", "hidden", "num_experts", "top_k", "max_tokens_per_rank"):
@@ -65,6 +66,8 @@ class EPConfig:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.sync not in SYNC_MODES:
             raise ValueError(f"sync must be one of {SYNC_MODES}, got {self.sync!r}")
+        if self.num_sms is not None:
+            check_int("num_sms", self.num_sms, 1)
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         worst_rows = self.num_local_experts * self.expert_capacity

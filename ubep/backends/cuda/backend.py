@@ -9,8 +9,9 @@ bit in every sync mode (``sw``, ``tff``, ``dc``, ``sp``; ``ubep.protocol``).
 
 Each direction has its own buffer set (symmetric buffers with two slots by call parity, and device
 epoch words): dispatch and ``dispatch_like`` share one, combine and ``return_pair_values`` the other.
-Group sizes are fixed caps for now (``Workers``); choosing them with ``ubep.tuning`` needs its H200
-constants calibrated from in-kernel stamps (``ubep.backends.cuda.stamps``) first.
+Group sizes (``Workers``): without an SM budget, fixed caps; with ``num_sms``, at most that many
+programs per launch, the count / token split chosen by ``ubep.tuning`` (H200 constants calibrated from
+in-kernel stamps, ``benchmarks/calibrate_split.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from ubep.backends.cuda import dispatch_kernels as dk
 from ubep.backends.cuda.stamps import LaunchStamps
 from ubep.backends.cuda.symm import SymmetricBuffer, enable_for
 from ubep.config import EPConfig
+from ubep.topology import flat
+from ubep.tuning import DispatchShape, SplitCache, h200
 
 INT_VIEW = {2: torch.int16, 4: torch.int32}  # rows move as integers of their element width
 CHUNK_BYTES = 8192  # bytes of a row a program moves per step: few round trips per row
@@ -43,6 +46,8 @@ MIN_TILE_BLOCKS = NUM_WARPS * 32 * 16 // wire.BLOCK_BYTES
 MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
 # Combine senders move up to K rows per item, one tile after another; more of them hide latency.
 MAX_COMBINE_SEND = 512
+# With an SM budget the count / token split is re-tuned once per bucket of this many tokens.
+SPLIT_BUCKET_TOKENS = 128
 # Up to this many tokens, senders wait for the counts to leave first: the receivers then know their
 # rows before the tokens land, instead of seeing the counts behind the tokens on the link.
 COUNTS_FIRST_TOKENS = 512
@@ -133,9 +138,13 @@ class CudaBackend(Backend):
         # combine summed nothing for 16-bit rows on an H200 (y all zeros, measured). Likely the tile
         # split over warps that MIN_TILE_BLOCKS removes; kept until a GPU run shows one lane right.
         self.k_block = triton.next_power_of_2(max(k, w, 2))
-        # Receiving programs of every call's final launch: a constant, so acks count calls.
-        self.consumers = min(w * tm, MAX_RECV)
         self.verifiers = w if cfg.sync == "dc" else 0  # dc: one verify program per source
+        # Receiving programs of every call's final launch: a constant, so acks count calls. Under an
+        # SM budget they take half of what the verifiers leave; the senders share the rest.
+        budget = cfg.num_sms
+        self.consumers = min(w * tm, MAX_RECV if budget is None else (budget - self.verifiers) // 2)
+        self.splits = None if budget is None else SplitCache(flat(w), h200(),
+                                                             bucket_tokens=SPLIT_BUCKET_TOKENS)
         self.last_launches: dict[str, LaunchStamps] = {}  # per op, with profiling on
         self.phased = False  # see the dispatch section
         # Caps of the count and token groups: free to change between calls (the receiving group is
@@ -175,15 +184,34 @@ class CudaBackend(Backend):
             rows += launch.timeline()
         return rows
 
+    def _senders(self) -> int:
+        """Programs an SM budget leaves to a launch's sending groups."""
+        return self.config.num_sms - self.verifiers - self.consumers
+
     def _workers(self, num_tokens: int) -> Workers:
         cfg = self.config
-        return Workers(count=min(cfg.num_experts, self.max_count),
-                       send=max(1, min(num_tokens, self.max_send)), recv=self.consumers,
-                       verify=self.verifiers)
+        count, send = self.max_count, self.max_send
+        if self.splits is not None:
+            shape = DispatchShape(tokens=num_tokens, experts=cfg.num_experts, topk=cfg.top_k,
+                                  bytes_per_token=cfg.hidden * cfg.dtype.itemsize)
+            split = self.splits.split(shape, self._senders())
+            count, send = split.n_count, split.n_token
+        return Workers(count=min(cfg.num_experts, count), send=max(1, min(num_tokens, send)),
+                       recv=self.consumers, verify=self.verifiers)
+
+    def _combine_workers(self) -> Workers:
+        cfg = self.config
+        send = min(cfg.world_size * cfg.max_tokens_per_rank,
+                   MAX_COMBINE_SEND if self.splits is None else self._senders())
+        return Workers(0, send, self.consumers, verify=self.verifiers)
 
     def programs(self, num_tokens: int) -> int:
         """Thread blocks of a dispatch of ``num_tokens`` tokens (at most that many SMs busy)."""
         return self._workers(num_tokens).total
+
+    def combine_programs(self) -> int:
+        """Thread blocks of a combine."""
+        return self._combine_workers().total
 
     def _dispatch_launch(self, workers: Workers, x_bits, idx, weights, sent, out_bits, out_w, rows,
                          pair_w, tpe, *, like: bool, replicate: bool, final: bool) -> None:
@@ -212,9 +240,7 @@ class CudaBackend(Backend):
     def _combine_launches(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
                           weighted: bool, gather: bool):
         """The combine kernel: one launch, or (``phased``) the senders, ``yield``, the reducers."""
-        cfg = self.config
-        workers = Workers(0, min(cfg.world_size * cfg.max_tokens_per_rank, MAX_COMBINE_SEND),
-                          self.consumers, verify=self.verifiers)
+        workers = self._combine_workers()
         if self.phased:
             self._combine_launch(replace(workers, recv=0, verify=0), rows_RF, routes, num_tokens,
                                  source_w, y, partial=partial, weighted=weighted, gather=gather,
