@@ -54,3 +54,12 @@ def test_emulated_ranks_match_oracle(case, monkeypatch):
 def test_emulated_sp_rows_holding_the_sentinel(case, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     run_ranks(emulated_sentinel_case, 1, case, 3, timeout_s=600)
+
+
+def test_two_count_programs_split_the_pairs(monkeypatch):
+    """36 and 20 pairs, 4 per step, 2 count programs: each range spans several steps, and the
+    second program adds the first one's counts."""
+    case = Case(tokens=(9, 5), hidden=8, num_experts=8, top_k=4, dtype="fp32", maxvio=1.0,
+                drop=0.1, seed=5, sync="sw")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    run_ranks(emulated_case, 1, case, 2, timeout_s=600)
