@@ -63,9 +63,9 @@ def sweep_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
                         torch.cuda.synchronize()
                         buf.dispatch(x, idx, w)
                     phases = buf.phase_times()
+                    launched = buf._backend._workers(tokens)  # the caps, bounded by the work
                     rows.append({"tokens": tokens, "hidden": hidden,
-                                 "n_count": min(n_count, args.experts),
-                                 "n_token": max(1, min(n_send, tokens)),
+                                 "n_count": launched.count, "n_token": launched.send,
                                  **{group: statistics.median(phases[name][args.warmup:])
                                     for group, name in GROUP_PHASES.items()}})
             del buf

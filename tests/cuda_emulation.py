@@ -31,8 +31,9 @@ from tests.workers import (
 from ubep import oracle, workloads
 
 
-def emulated_backends(case: Case) -> list:
-    """One ``CudaBackend`` per rank of ``case``, over host tensors shared in one process."""
+def emulated_backends(case: Case, max_count: int | None = None) -> list:
+    """One ``CudaBackend`` per rank of ``case``, over host tensors shared in one process. Count
+    programs order 4 pairs per step, so small cases have several; ``max_count`` caps their number."""
     from ubep.backends.cuda import backend as cb
     from ubep.config import EPConfig
 
@@ -63,6 +64,8 @@ def emulated_backends(case: Case) -> list:
             backend = cb.CudaBackend(cfg, None, torch.device("cpu"))
             backend.timeout_ns = 0  # the interpreter has no timer: a wait checks once
             backend.phased = True
+            backend.pair_chunk = 4
+            backend.max_count = max_count or backend.max_count
             backends.append(backend)
     finally:
         cb.SymmetricBuffer, cb.enable_for = saved
@@ -102,10 +105,10 @@ def _check_no_timeout(backends: list) -> None:
         assert backend.errors.tolist() == [0, 0, 0], f"rank {rank} timed out: {backend.errors}"
 
 
-def emulated_case(_rank: int, _world: int, case: Case) -> None:
+def emulated_case(_rank: int, _world: int, case: Case, max_count: int | None = None) -> None:
     """Dispatch, combine (both reductions, weighted or not), ``dispatch_like`` and
     ``return_pair_values`` of ``case`` on emulated ranks, each equal to the oracle."""
-    backends = emulated_backends(case)
+    backends = emulated_backends(case, max_count)
     world, cfg = len(backends), backends[0].config
     xs, idxs, ws = (list(v) for v in zip(*[case_inputs(case, s) for s in range(world)], strict=True))
     dispatched = lockstep([b.dispatch_steps(x, i, w) for b, x, i, w in zip(backends, xs, idxs, ws,

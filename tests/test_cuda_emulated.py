@@ -81,4 +81,15 @@ def test_sm_budget_bounds_every_launch(sync, num_sms):
         shape = DispatchShape(tokens=-(-tokens // 128) * 128, experts=256, topk=8,
                               bytes_per_token=64 * 2)
         split = best_split(shape, senders, flat(2), h200())
-        assert (workers.count, workers.send) == (split.n_count, max(1, min(tokens, split.n_token)))
+        pair_steps = -(-tokens * 8 // backend.pair_chunk)  # a count program orders whole steps
+        assert workers.count == max(1, min(split.n_count, pair_steps))
+        assert workers.send == max(1, min(tokens, split.n_token))
+
+
+def test_two_count_programs_split_the_pairs(monkeypatch):
+    """36 and 20 pairs, 4 per step, 2 count programs: each range spans several steps, and the
+    second program adds the first one's counts."""
+    case = Case(tokens=(9, 5), hidden=8, num_experts=8, top_k=4, dtype="fp32", maxvio=1.0,
+                drop=0.1, seed=5, sync="sw")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    run_ranks(emulated_case, 1, case, 2, timeout_s=600)

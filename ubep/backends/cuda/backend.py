@@ -34,7 +34,7 @@ from ubep.tuning import DispatchShape, SplitCache, h200
 
 INT_VIEW = {2: torch.int16, 4: torch.int32}  # rows move as integers of their element width
 CHUNK_BYTES = 8192  # bytes of a row a program moves per step: few round trips per row
-MAX_PAIR_BLOCK = 1024
+PAIR_CHUNK = 128  # pairs a count program orders per step (a [CHUNK, CHUNK] comparison)
 NUM_WARPS = 8
 # Blocks of a row tile, at least one 16-byte vector per thread: Triton then gives each 128-byte block
 # to 8 lanes of one warp, so a block moves in one warp instruction, which tff and sp rely on. Smaller
@@ -131,6 +131,9 @@ class CudaBackend(Backend):
         self.dispatch_state = torch.zeros(records.state_words(w), dtype=i64, device=device)
         self.combine_state = torch.zeros(records.state_words(w), dtype=i64, device=device)
         self.base = torch.empty(w, el, dtype=i64, device=device)
+        self.e_block = triton.next_power_of_2(cfg.num_experts)
+        self.count_hist = torch.empty(MAX_COUNT, self.e_block, dtype=torch.int32, device=device)
+        self.count_flags = torch.zeros(MAX_COUNT, dtype=i64, device=device)
         # Written by timed-out waits, read by the host without a sync: pinned, device-addressable.
         self.errors = torch.zeros(3, dtype=i64, pin_memory=device.type == "cuda")
         self.timeout_ns = int(cfg.timeout_s * 1e9)
@@ -150,6 +153,7 @@ class CudaBackend(Backend):
         # Caps of the count and token groups: free to change between calls (the receiving group is
         # fixed per buffer, acks count its programs); benchmarks/calibrate_split.py sweeps them.
         self.max_count, self.max_send = MAX_COUNT, MAX_SEND
+        self.pair_chunk = PAIR_CHUNK  # a power of 2; tests lower it to get several count programs
 
     # -- errors -----------------------------------------------------------------------------------
 
@@ -195,9 +199,11 @@ class CudaBackend(Backend):
             shape = DispatchShape(tokens=num_tokens, experts=cfg.num_experts, topk=cfg.top_k,
                                   bytes_per_token=cfg.hidden * cfg.dtype.itemsize)
             split = self.splits.split(shape, self._senders())
-            count, send = split.n_count, split.n_token
-        return Workers(count=min(cfg.num_experts, count), send=max(1, min(num_tokens, send)),
-                       recv=self.consumers, verify=self.verifiers)
+            count, send = min(split.n_count, MAX_COUNT), split.n_token
+        # a count program orders at least one step of pairs
+        count = max(1, min(triton.cdiv(num_tokens * cfg.top_k, self.pair_chunk), count))
+        return Workers(count=count, send=max(1, min(num_tokens, send)), recv=self.consumers,
+                       verify=self.verifiers)
 
     def _combine_workers(self) -> Workers:
         cfg = self.config
@@ -222,15 +228,15 @@ class CudaBackend(Backend):
         dk.dispatch[(workers.total,)](
             x_bits, idx, weights, x_bits.shape[0], sym["stage"].ptrs, sym["route"].ptrs,
             sym["count"].ptrs, sym["sig"].ptrs, sym["ack"].ptrs, sym["rec"].ptrs, self.dispatch_state,
-            self.base,
+            self.count_hist, self.count_flags, self.base,
             self._stamps("dispatch", (workers.count, workers.send, workers.verify, workers.recv)), sent,
             out_bits, out_w, rows, pair_w, tpe, cfg.rank, cfg.max_tokens_per_rank, capacity,
             self.timeout_ns, self.errors.data_ptr(), workers.count, workers.send, workers.recv,
             writers, self.consumers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
             W_BLOCK=triton.next_power_of_2(cfg.world_size),
             L_BLOCK=triton.next_power_of_2(cfg.num_local_experts), TOP_K=cfg.top_k,
-            K_BLOCK=self.k_block, PAIR_BLOCK=min(MAX_PAIR_BLOCK, triton.next_power_of_2(
-                cfg.max_tokens_per_rank * cfg.top_k)),
+            K_BLOCK=self.k_block, E_BLOCK=self.e_block, CHUNK=self.pair_chunk,
+            J_BLOCK=max(1, 4096 // self.e_block), N_BLOCK=MAX_COUNT,
             MODE=self.mode, SENTINEL=self.sentinel, LIKE=like, RECORDS=(not like) or sw,
             REPLICATE=replicate, VERIFY=workers.verify > 0, FINAL=final,
             COUNTS_FIRST=cfg.sync == "tff" and not like and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,

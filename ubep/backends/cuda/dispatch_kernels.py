@@ -1,9 +1,9 @@
 """The CUDA backend's dispatch: one kernel whose programs split into groups that run at once.
 
-- count group (``n_count`` programs, experts strided over them): each expert's pair count and the
-  stable order of each of its pairs (``ubep.layout.local_order``), written as *route entries*
-  ``(epoch, local expert << 32 | order, weight bits)`` and a count straight into the expert's rank;
-  the group's last program then publishes this rank's record on every rank (``sync``);
+- count group (``n_count`` programs, contiguous ranges of pairs): the stable order of each pair
+  within its expert (``ubep.layout.local_order``), written as *route entries* ``(epoch, local
+  expert << 32 | order, weight bits)``, and each expert's count, straight into the expert's rank
+  (``counting``); the group's last writer then publishes this rank's record on every rank (``sync``);
 - token group (``n_send`` programs, tokens strided): each token once to every rank holding one of its
   experts (relay), into the staging slot ``[slot, source, t]``, which needs no offsets, in the wire
   format of the sync mode (``wire``); in ``sw`` the senders count as writers too, so the record
@@ -28,43 +28,9 @@ import triton.language as tl
 
 from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda import records, sync, verify
+from ubep.backends.cuda.counting import count_role
 from ubep.backends.cuda.kernels import any_true, lane, symmetric_base
 from ubep.backends.cuda.wire import DC, SP, copy_row, take_tile
-
-
-@triton.jit
-def _count_role(j, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, rank, slot, epoch, n_count,
-                tokens_max, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
-                PAIR_BLOCK: tl.constexpr):
-    offs = tl.arange(0, PAIR_BLOCK)
-    num_pairs = num_tokens * TOP_K
-    e = j
-    while e < WORLD * E_LOCAL:  # while, not range: runtime bounds (also for Triton's interpreter)
-        dest = e // E_LOCAL
-        local = e % E_LOCAL
-        route = symmetric_base(route_ptrs, dest, tl.int64)
-        route += (slot * WORLD + rank).to(tl.int64) * tokens_max * TOP_K * 4
-        seen = tl.zeros([], dtype=tl.int64)
-        start = 0
-        while start < num_pairs:
-            pair = start + offs
-            ids = tl.load(idx_ptr + pair, mask=pair < num_pairs, other=-1)
-            mine = ids == e
-            ones = mine.to(tl.int64)
-            order = seen + tl.cumsum(ones, 0) - ones
-            bits = tl.load(w_ptr + pair, mask=mine, other=0.0).to(tl.int32, bitcast=True)
-            entry = route + pair.to(tl.int64) * 4
-            tl.store(entry, tl.zeros_like(order) + epoch, mask=mine)
-            tl.store(entry + 1, (local.to(tl.int64) << 32) | order, mask=mine)
-            tl.store(entry + 2, bits.to(tl.int64) & 0xFFFFFFFF, mask=mine)
-            seen += tl.sum(ones, 0)
-            start += PAIR_BLOCK
-        count = symmetric_base(count_ptrs, dest, tl.int64)
-        count += (slot * WORLD + rank) * (E_LOCAL + 1)
-        tl.store(count + local, seen)
-        if local == 0:
-            tl.store(count + E_LOCAL, num_tokens.to(tl.int64))
-        e += n_count
 
 
 @triton.jit
@@ -226,12 +192,13 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
 @triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "capacity", "n_count", "n_send",
                               "n_recv", "n_writers", "n_consumers"])
 def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs,
-             rec_ptrs, state_ptr, base_ptr, stamps_ptr, sent_ptr, out_ptr, out_w_ptr, rows_ptr,
-             pair_w_ptr, tpe_ptr, rank, tokens_max, capacity, timeout_ns, err_addr, n_count, n_send,
-             n_recv, n_writers, n_consumers, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
-             W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
-             HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-             NB_BLOCK: tl.constexpr, CB: tl.constexpr, PAIR_BLOCK: tl.constexpr,
+             rec_ptrs, state_ptr, hist_ptr, flags_ptr, base_ptr, stamps_ptr, sent_ptr, out_ptr,
+             out_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, rank, tokens_max, capacity, timeout_ns,
+             err_addr, n_count, n_send, n_recv, n_writers, n_consumers, WORLD: tl.constexpr,
+             E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, TOP_K: tl.constexpr,
+             K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
+             NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, E_BLOCK: tl.constexpr,
+             CHUNK: tl.constexpr, J_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
              MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
              REPLICATE: tl.constexpr, VERIFY: tl.constexpr, FINAL: tl.constexpr,
              COUNTS_FIRST: tl.constexpr, PROFILE: tl.constexpr):
@@ -248,8 +215,9 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
     ``route [2, W, T_max * K, 4]``, ``count [2, W, E_LOCAL + 1]``, ``sig [2, W]``,
     ``ack [W]``, ``rec [2, W, 2]`` (int64); ``state [records.state_words(W)]``: this buffer set's
-    epoch words, counters and record sums (``sync``, ``records``); ``base [W, E_LOCAL]`` scratch;
-    ``stamps [programs, 4]`` int64 (``PROFILE``).
+    epoch words, counters and record sums (``sync``, ``records``); ``hist [N_BLOCK, E_BLOCK]`` int32 /
+    ``flags [N_BLOCK]`` int64: the count group's scratch (``counting``); ``base [W, E_LOCAL]``
+    scratch; ``stamps [programs, 4]`` int64 (``PROFILE``).
     Outputs: ``sent [W, T_max]`` int8, ``out [rows, H]``, ``out_w [rows]``, ``rows`` / ``pair_w [W,
     T_max, K]`` (int64 / fp32, -1 / 0 where a pair is not here), ``tpe [E_LOCAL]``.
     """
@@ -263,8 +231,9 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                        WORLD, W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
         if pid < n_count:
-            _count_role(pid, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, rank, slot, epoch,
-                        n_count, tokens_max, WORLD, E_LOCAL, TOP_K, PAIR_BLOCK)
+            count_role(pid, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, hist_ptr, flags_ptr,
+                       rank, slot, epoch, n_count, tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL,
+                       TOP_K, E_BLOCK, CHUNK, J_BLOCK, N_BLOCK)
         else:
             if COUNTS_FIRST:
                 sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
