@@ -31,11 +31,15 @@ def test_matches_oracle(world, backend, sync):
 
 
 @pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")
+@pytest.mark.parametrize(("hidden", "max_tokens"), [(264, 40), (7168, 1100)],
+                         ids=["narrow", "wide"])
 @pytest.mark.parametrize("layout", ["compact", "padded"])
 @pytest.mark.parametrize("sync", SYNC_MODES)
-def test_stress_has_no_mismatch(sync, layout):
-    """2000 calls with random data, routing and per-rank delays, reusing the buffers."""
-    mismatches = run_ranks(stress_case, 2, sync, layout, 2000, pg_backend="nccl", timeout_s=600)
+def test_stress_has_no_mismatch(sync, layout, hidden, max_tokens):
+    """2000 calls with random data, routing and per-rank delays, reusing the buffers. Wide rows
+    take two 8 KiB steps per row, or one 16 KiB step in calls of 1024 tokens or more: both occur."""
+    mismatches = run_ranks(stress_case, 2, sync, layout, 2000, hidden, max_tokens,
+                           pg_backend="nccl", timeout_s=600)
     assert mismatches == [0, 0]
 
 

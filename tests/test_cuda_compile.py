@@ -110,13 +110,14 @@ def _tile_layouts(ttgir: str, shape: str) -> list[tuple[list[int], list[int], li
 
 
 @pytest.mark.parametrize("mode", ["tff", "sp"])
-@pytest.mark.parametrize(("hidden", "elem_bytes"), [(40, 2), (136, 2), (7168, 2), (24, 4)])
-def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes):
+@pytest.mark.parametrize(("hidden", "elem_bytes", "tokens"),
+                         [(40, 2, 0), (136, 2, 0), (7168, 2, 0), (7168, 2, 4096), (24, 4, 0)])
+def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, tokens):
     """``tff`` and ``sp`` trust a 128-byte block whose marker they loaded: every load and store of a
     row tile must give each block to 8 lanes of one warp, 16 bytes each. Checked at small rows too,
     where a tile of fewer blocks was spread over the warps, each block's halves in two warps (read
-    stale on an H200)."""
-    rows = row_meta(mode, hidden, elem_bytes)
+    stale on an H200); and at the large calls' 16 KiB steps."""
+    rows = row_meta(mode, hidden, elem_bytes, tokens)
     int_type, float_type = {2: ("*i16", "*bf16"), 4: ("*i32", "*fp32")}[elem_bytes]
     dispatch = {"WORLD": 2, "E_LOCAL": 4, "W_BLOCK": 2, "L_BLOCK": 4, "TOP_K": 2, "K_BLOCK": 2,
                 "E_BLOCK": 8, "CHUNK": 128, "J_BLOCK": 512, "N_BLOCK": 256,

@@ -263,18 +263,21 @@ def graph_replay_case(rank: int, world_size: int, sync: str) -> None:
     buf.synchronize()  # a wait that timed out inside a replay raises here
 
 
-def stress_case(rank: int, world_size: int, sync: str, layout: str, iters: int) -> int:
-    """``iters`` dispatch + combine calls on one CUDA buffer, each on one of four precomputed input
-    sets picked at random (so buffers and slots are reused with changing data and routing), after a
-    random per-rank GPU delay; returns how many results differed from the oracle's."""
+def stress_case(rank: int, world_size: int, sync: str, layout: str, iters: int, hidden: int,
+                tm: int) -> int:
+    """``iters`` dispatch + combine calls on one CUDA buffer of rows of ``hidden`` elements, at most
+    ``tm`` tokens per rank, each on one of four precomputed input sets picked at random (so buffers
+    and slots are reused with changing data, routing and token counts), after a random per-rank GPU
+    delay; returns how many results differed from the oracle's."""
     dev = torch.device("cuda", torch.cuda.current_device())
-    experts, hidden, top_k, tm = 8 * world_size, 264, 4, 40
+    experts, top_k = 8 * world_size, 4
     buf = ubep.Buffer(hidden=hidden, num_experts=experts, top_k=top_k, max_tokens_per_rank=tm,
                       dtype=torch.bfloat16, layout=layout, sync=sync, backend="cuda",
                       check_inputs=False, timeout_s=20)
     variants = []
     for v in range(4):
-        tokens = tuple((7 * s + 11 * v) % (tm + 1) for s in range(world_size))
+        # from 0 to tm, odd counts too; rank 1 sends tm in set 2
+        tokens = tuple(max(0, tm * ((v + 2 * s) % 5) // 4 - v % 2) for s in range(world_size))
         case = Case(tokens=tokens, hidden=hidden, num_experts=experts, top_k=top_k,
                     maxvio=(0.0, 1.0, 3.0, 0.0)[v], drop=0.1 * (v % 2), seed=v)
         xs, idxs, ws = (list(t) for t in zip(*[case_inputs(case, s) for s in range(world_size)],

@@ -33,7 +33,10 @@ from ubep.topology import flat
 from ubep.tuning import DispatchShape, SplitCache, h200
 
 INT_VIEW = {2: torch.int16, 4: torch.int32}  # rows move as integers of their element width
-CHUNK_BYTES = 8192  # bytes of a row a program moves per step: few round trips per row
+# Bytes of a row a program moves per step: few round trips per row. Calls of many tokens take 16 KiB
+# steps (a 7168-element bf16 row in one step): faster at 4096 tokens, slower at 128 (BENCHMARKS.md,
+# "Row steps").
+CHUNK_BYTES, LARGE_CHUNK_BYTES, LARGE_CHUNK_TOKENS = 8192, 16384, 1024
 PAIR_CHUNK = 128  # pairs a count program orders per step (a [CHUNK, CHUNK] comparison)
 NUM_WARPS = 8
 # Blocks of a row tile, at least one 16-byte vector per thread: Triton then gives each 128-byte block
@@ -53,12 +56,13 @@ SPLIT_BUCKET_TOKENS = 128
 COUNTS_FIRST_TOKENS = 512
 
 
-def row_meta(sync_mode: str, hidden: int, elem_bytes: int) -> dict:
-    """Compile-time geometry of rows of ``hidden`` elements of ``elem_bytes`` bytes: block and flag
-    elements, blocks per row, ``CB`` blocks per tile; ``NB_BLOCK``, the dc verifiers' and sp's
-    marker-reset width (whole rows, not tiles)."""
+def row_meta(sync_mode: str, hidden: int, elem_bytes: int, tokens: int = 0) -> dict:
+    """Compile-time geometry of rows of ``hidden`` elements of ``elem_bytes`` bytes in a call of
+    ``tokens`` tokens: block and flag elements, blocks per row, ``CB`` blocks per tile; ``NB_BLOCK``,
+    the dc verifiers' and sp's marker-reset width (whole rows, not tiles)."""
     be, fe, nb = wire.geometry(sync_mode, hidden, elem_bytes)
-    chunk = max(MIN_TILE_BLOCKS, min(triton.next_power_of_2(nb), CHUNK_BYTES // wire.BLOCK_BYTES))
+    step = LARGE_CHUNK_BYTES if tokens >= LARGE_CHUNK_TOKENS else CHUNK_BYTES
+    chunk = max(MIN_TILE_BLOCKS, min(triton.next_power_of_2(nb), step // wire.BLOCK_BYTES))
     return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "NB_BLOCK": triton.next_power_of_2(nb),
             "CB": chunk}
 
@@ -241,7 +245,7 @@ class CudaBackend(Backend):
             REPLICATE=replicate, VERIFY=workers.verify > 0, FINAL=final,
             COUNTS_FIRST=cfg.sync == "tff" and not like and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,
             PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            **row_meta(cfg.sync, cfg.hidden, cfg.dtype.itemsize))
+            **row_meta(cfg.sync, cfg.hidden, cfg.dtype.itemsize, x_bits.shape[0]))
 
     def _combine_launches(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
                           weighted: bool, gather: bool):
@@ -273,7 +277,7 @@ class CudaBackend(Backend):
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=workers.verify > 0,
             FINAL=final,
             PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            **row_meta(cfg.sync, rows_RF.shape[1], rows_RF.element_size()))
+            **row_meta(cfg.sync, rows_RF.shape[1], rows_RF.element_size(), num_tokens))
 
     # -- dispatch ---------------------------------------------------------------------------------
     # Each operation is a generator of launches. On a GPU they run back to back (`_finish`), the
