@@ -3,9 +3,9 @@
 # stress, timeouts, CUDA graphs, wire images, profiling), then the side-by-side benchmark.
 #   benchmarks/run_gpu_checks.sh [part ...]     parts: exact, stress, bench (default: all three)
 # Each group runs under its own time limit (LIMIT_S, default 300 s), so one stuck group cannot use up
-# the others' time; a GPU test case costs about 35 s (processes, NCCL, Triton compiles), so `exact`
-# and `stress` take about 5 minutes each (on a machine lent for 10-minute calls: one part per call;
-# the whole benchmark needs LIMIT_S=590). Logs go to $OUT (default bench-out), one per group.
+# the others' time; a GPU test case costs 10-60 s (processes, NCCL, Triton compiles; the low end with
+# a warm Triton cache, TRITON_CACHE_DIR), so `exact` takes about 6 minutes cold and `stress` about 3
+# (on a machine lent for 10-minute calls: one part per call; the whole benchmark needs LIMIT_S=590). Logs go to $OUT (default bench-out), one per group.
 # Needs 2 or more GPUs of one host; NVLink multicast stays off.
 set -uo pipefail
 cd "$(dirname "$0")/.."
