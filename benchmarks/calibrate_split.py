@@ -37,6 +37,9 @@ from ubep.workloads import origin_tokens, origin_weights, skewed_topk
 
 os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
                   NVSHMEM_DISABLE_NVLS="1")
+# The cuda count group splits the pairs (pair_ns) and chains its programs' counts (chain_ns); the
+# prefix sums over sources are the receivers' (no cumsum term), no work is per expert (no beta).
+ONE_PASS_COUNT_TERMS = ("b_count_ns", "pair_ns", "chain_ns")
 GROUP_PHASES = {"count": "dispatch count: done at", "token": "dispatch token: done at"}
 
 
@@ -122,7 +125,8 @@ def main() -> int:
         samples = samples_of(rows, args)
         measured_on = torch.cuda.get_device_name(0)
     topology = flat(args.ranks)
-    fit = calibrate(samples, topology, h200())
+    base = dataclasses.replace(h200(), beta_ns=0.0, cumsum_ns_per_source=0.0)  # not in this group
+    fit = calibrate(samples, topology, base, count_terms=ONE_PASS_COUNT_TERMS)
     table = [{"tokens": s.shape.tokens, "bytes_per_token": s.shape.bytes_per_token,
               "n_count": s.n_count, "n_token": s.n_workers - s.n_count, "group": s.group,
               "measured_us": round(s.time_ns / 1e3, 2),

@@ -97,6 +97,9 @@ def test_group_times_worked_example():
     # 500 + 1700 + 175 * ceil(256/12) + 70 * 256 * ceil(1/12)
     assert count_group_ns(s, 12, tr, p) == 500 + 1700 + 175 * 22 + 70 * 256
     assert count_group_ns(s, 12, tr, p) == 23970
+    one_pass = replace(p, beta_ns=0.0, cumsum_ns_per_source=0.0, pair_ns=27.0, chain_ns=100.0)
+    big = shape(4096, 256)  # 32768 pairs over 4 workers, then 4 links of the chain
+    assert count_group_ns(big, 4, tr, one_pass) == 500 + 1700 + 27 * 8192 + 100 * 4
     per_copy = per_copy_ns(s, tr, p)
     assert per_copy == pytest.approx(100 + 14336 * 24 * (2 / 784 + 254 / 392) / 256)
     assert per_copy == pytest.approx(974.2857, abs=1e-3)
@@ -188,8 +191,8 @@ def test_h200_ep2():
     p = h200()
     small = best_split(shape(128, 256), H200_SMS, flat(2), p)
     large = best_split(shape(4096, 256), H200_SMS, flat(2), p)
-    # the cuda count group scans every pair per expert: its share grows with the tokens
-    assert (small.n_count, large.n_count) == (52, 86)
+    # the cuda count group splits the pairs in one pass: a few programs, more with more tokens
+    assert (small.n_count, large.n_count) == (3, 7)
     assert large.count_ns < large.token_ns < 1.2 * large.count_ns
 
 
@@ -222,6 +225,22 @@ def test_calibration_recovers_known_parameters(pair_ns):
         assert getattr(fit.params, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
     assert fit.params.barrier_ns == h200().barrier_ns  # not sampled: kept from base
     assert fit.rms_error_ns < 1e-6 and fit.max_rel_error < 1e-9
+
+
+def test_calibration_of_a_one_pass_count_group():
+    truth = replace(h200(), beta_ns=0.0, cumsum_ns_per_source=0.0, pair_ns=30.0, chain_ns=90.0,
+                    b_count_ns=400.0)
+    topo = flat(2)
+    samples = [Sample(shape=shape(t, 256), n_workers=132, n_count=c, group="count", time_ns=0.0)
+               for t, c in itertools.product((128, 512, 4096), (2, 8, 32, 128))]
+    samples = [replace(s, time_ns=predict(s, traffic(s.shape, topo), truth)) for s in samples]
+    fit = calibrate(samples, topo, replace(truth, pair_ns=1.0, chain_ns=1.0, b_count_ns=1.0),
+                    count_terms=("b_count_ns", "pair_ns", "chain_ns"))
+    for name in ("b_count_ns", "pair_ns", "chain_ns"):
+        assert getattr(fit.params, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
+    assert fit.params.beta_ns == 0.0 and fit.params.cumsum_ns_per_source == 0.0  # kept
+    with pytest.raises(ValueError, match="count_terms must be a non-empty subset"):
+        calibrate(samples, topo, truth, count_terms=("pairs_ns",))
 
 
 def test_calibration_with_one_percent_noise():

@@ -3,7 +3,8 @@
 // Plain C++, no torch; the op calls BestSplit with the layer shape. tests/vectors/split.json holds
 // the model's answers, which test_ascend_split replays.
 //
-//   T_count(n_c) = b_count + L + ceil(E / n_c) * (beta + pair * T * K) + cumsum * W * ceil(E_local / n_c)
+//   T_count(n_c) = b_count + L + ceil(E / n_c) * beta + ceil(T * K / n_c) * pair + chain * n_c
+//                  + cumsum * W * ceil(E_local / n_c)
 //   T_token(n_t) = b_token + L + ceil(T * d / min(n_t, n_sat)) * (alpha + B * n_sat * nu / eff)
 //   T_tail       = ceil(T * K / n) * B / reorder_gbps
 //   T_total      = max(T_count, T_token) + T_tail
@@ -26,7 +27,8 @@ namespace ubep_ascend {
 struct CostParams {
   double alpha_ns;              // software cost of one token copy on a token worker
   double beta_ns;               // one expert's count on a count worker
-  double pair_ns;               // per (token, top-k) pair scanned for one expert (0: one-pass counts)
+  double pair_ns;               // per pair where count workers split the pairs (0: per expert)
+  double chain_ns;              // per count worker that adds the counts of those before it
   double b_count_ns;            // start-up of the count group
   double b_token_ns;            // start-up of the token group
   double cumsum_ns_per_source;  // CalCumSum per source rank and local expert
@@ -35,7 +37,7 @@ struct CostParams {
   double reorder_gbps;          // one worker's local copy rate for the reorder tail
 };
 
-inline constexpr CostParams kCm384Ascend{100.0, 175.0, 0.0, 500.0, 1000.0, 70.0, 24, 1.0, 30.0};
+inline constexpr CostParams kCm384Ascend{100.0, 175.0, 0.0, 0.0, 500.0, 1000.0, 70.0, 24, 1.0, 30.0};
 
 // One rank per die: class 0 the same NPU (2 dies), class 1 the same board (8 NPUs, 16 dies),
 // class 2 across the second switch tier.
@@ -116,8 +118,8 @@ inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline double CountGroupNs(int64_t tokens, int64_t experts, int64_t topk, int64_t n_count, const Traffic& tr,
                            const CostParams& p) {
   const int64_t local = experts / tr.world;
-  return p.b_count_ns + tr.latency_ns +
-         CeilDiv(experts, n_count) * (p.beta_ns + p.pair_ns * static_cast<double>(tokens * topk)) +
+  return p.b_count_ns + tr.latency_ns + CeilDiv(experts, n_count) * p.beta_ns +
+         CeilDiv(tokens * topk, n_count) * p.pair_ns + p.chain_ns * n_count +
          p.cumsum_ns_per_source * tr.world * CeilDiv(local, n_count);
 }
 

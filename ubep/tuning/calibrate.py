@@ -3,7 +3,8 @@
 Each sample is one group's time from in-kernel timestamps (count group, token group, or reorder
 tail), so each group's model is linear in its unknowns once ``max_token_workers`` is fixed:
 
-- count:   ``t - L = b_count + (beta + pair * T * K) * ceil(E / n_c) + cumsum * W * ceil(E_local / n_c)``
+- count:   ``t - L = b_count + beta * ceil(E / n_c) + pair * ceil(T * K / n_c) + chain * n_c
+  + cumsum * W * ceil(E_local / n_c)``, over the terms asked for (the rest kept)
 - token:   ``t - L = b_token + alpha * c + (1 / eff) * c * B * n_sat * nu``, ``c`` copies per worker
 - reorder: ``t = (1 / reorder_gbps) * ceil(T * K / n) * B``
 
@@ -95,23 +96,28 @@ def _lstsq(rows: list[list[float]], y: list[float], times: list[float],
     return coef, float(np.sum((a @ coef - b) ** 2))
 
 
-def _count_fit(samples: list[Sample], tr: dict[tuple[int, int], Traffic],
-               base: CostParams) -> dict[str, float]:
-    """``b_count_ns``, ``beta_ns``, ``cumsum_ns_per_source`` and, where the samples vary the pairs
-    per rank ``T * K``, ``pair_ns`` (else it stays as in ``base``)."""
-    with_pairs = len({s.shape.tokens * s.shape.topk for s in samples}) > 1
+COUNT_TERMS = ("b_count_ns", "beta_ns", "cumsum_ns_per_source", "pair_ns", "chain_ns")
+
+
+def _count_fit(samples: list[Sample], tr: dict[tuple[int, int], Traffic], base: CostParams,
+               terms: Sequence[str]) -> dict[str, float]:
+    """The count group's ``terms`` (a subset of :data:`COUNT_TERMS`); the others as in ``base``."""
+    unknown = set(terms) - set(COUNT_TERMS)
+    if unknown or not terms:
+        raise ValueError(f"count_terms must be a non-empty subset of {COUNT_TERMS}, got {tuple(terms)}")
     rows, y = [], []
     for s in samples:
         t = tr[s.shape.experts, s.shape.topk]
         local = s.shape.experts // t.world_size
-        experts_each = math.ceil(s.shape.experts / s.n_count)
-        pairs = experts_each * s.shape.tokens * s.shape.topk
-        rows.append([1.0, experts_each, t.world_size * math.ceil(local / s.n_count)]
-                    + ([pairs] if with_pairs else []))
-        y.append(s.time_ns - t.latency_ns - (0.0 if with_pairs else base.pair_ns * pairs))
-    names = ["b_count_ns", "beta_ns", "cumsum_ns_per_source"] + (["pair_ns"] if with_pairs else [])
-    coef = _lstsq(rows, y, [s.time_ns for s in samples], ", ".join(names))[0]
-    return {name: max(float(c), 0.0) for name, c in zip(names, coef, strict=True)}
+        column = {"b_count_ns": 1.0, "beta_ns": math.ceil(s.shape.experts / s.n_count),
+                  "cumsum_ns_per_source": t.world_size * math.ceil(local / s.n_count),
+                  "pair_ns": math.ceil(s.shape.tokens * s.shape.topk / s.n_count),
+                  "chain_ns": s.n_count}
+        rows.append([column[name] for name in terms])
+        kept = sum(getattr(base, name) * value for name, value in column.items() if name not in terms)
+        y.append(s.time_ns - t.latency_ns - kept)
+    coef = _lstsq(rows, y, [s.time_ns for s in samples], ", ".join(terms))[0]
+    return {name: max(float(c), 0.0) for name, c in zip(terms, coef, strict=True)}
 
 
 def _token_fit(samples: list[Sample], tr: dict[tuple[int, int], Traffic]) -> tuple[np.ndarray, int]:
@@ -136,11 +142,15 @@ def _token_fit(samples: list[Sample], tr: dict[tuple[int, int], Traffic]) -> tup
     return best[2], best[1]
 
 
-def calibrate(samples: Sequence[Sample], topology: Topology, base: CostParams) -> Calibration:
-    """Fit the groups that have samples; the rest, and ``barrier_ns``, stay as in ``base``.
+def calibrate(samples: Sequence[Sample], topology: Topology, base: CostParams,
+              count_terms: Sequence[str] = COUNT_TERMS) -> Calibration:
+    """Fit the groups that have samples; the rest, and ``barrier_ns``, stay as in ``base``. Of the
+    count group, only ``count_terms``: a group that owns whole experts has no ``pair`` / ``chain``
+    cost, a one-pass group no ``beta`` / ``cumsum`` (samples of one expert count cannot tell them
+    apart).
 
-    A negative ``b_*``, ``alpha``, ``beta``, ``pair`` or ``cumsum`` estimate means that term is below
-    the noise: it is set to 0 and the reported error is that of the parameters returned.
+    A negative ``b_*``, ``alpha``, ``beta``, ``pair``, ``chain`` or ``cumsum`` estimate means that term
+    is below the noise: it is set to 0 and the reported error is that of the parameters returned.
 
     Example: token samples made by :func:`predict` from ``h200()`` on ``flat(2)``, over
     ``T in {64, 512}``, ``B in {7168, 14336}``, ``n_token in {8, 16, 48, 130}``, give back its
@@ -161,7 +171,7 @@ def calibrate(samples: Sequence[Sample], topology: Topology, base: CostParams) -
     by_group = {g: [s for s in samples if s.group == g] for g in GROUPS}
     fitted: dict[str, float | int] = {}
     if by_group["count"]:
-        fitted.update(_count_fit(by_group["count"], tr, base))
+        fitted.update(_count_fit(by_group["count"], tr, base, tuple(count_terms)))
     if by_group["token"]:
         (b, alpha, inv_eff), n_sat = _token_fit(by_group["token"], tr)
         if inv_eff <= 0:

@@ -5,7 +5,8 @@ CalCumSum) and ``n_token = n - n_count`` token workers (token copies into stagin
 appendix's closed form, the constant overheads stay in, the link saturates, and worker loads are
 whole numbers (the scheduler's shares differ by at most one)::
 
-    T_count(n_c) = b_count + L + ceil(E / n_c) * (beta + pair * T * K) + cumsum * W * ceil(E_local / n_c)
+    T_count(n_c) = b_count + L + ceil(E / n_c) * beta + ceil(T * K / n_c) * pair + chain * n_c
+                   + cumsum * W * ceil(E_local / n_c)
     T_token(n_t) = b_token + L + ceil(T * d / min(n_t, n_sat)) * (alpha + B * n_sat * nu / eff)
     T_tail       = ceil(T * K / n) * B / reorder_gbps
     T_total      = max(T_count, T_token) + T_tail
@@ -103,13 +104,15 @@ def count_group_ns(shape: DispatchShape, n_count: int, tr: Traffic, params: Cost
     Example: ``cm384(256)``, ``E=256`` (``E_local=1``), the ``cm384_ascend`` preset, ``n_count=12``:
     ``500 + 1700 + 175 * ceil(256/12) + 70 * 256 * ceil(1/12) = 500 + 1700 + 3850 + 17920 = 23970``.
     The prefix sum of one local expert is a chain over W sources: more count workers cannot shorten it.
-    With ``pair_ns`` (a count worker that scans all ``T * K`` pairs per expert) each expert costs
-    ``beta + pair_ns * T * K``.
+    A one-pass count group (``pair_ns``, ``chain_ns``) splits the ``T * K`` pairs instead, and its
+    workers add up the counts of the workers before them: e.g. ``T=4096, K=8, n_count=4``, pair 27,
+    chain 100 ns: ``27 * 8192 + 100 * 4 = 221584`` on top of the constants.
     """
     check_int("n_count", n_count, 1)
     local = shape.experts // tr.world_size
-    per_expert = params.beta_ns + params.pair_ns * shape.tokens * shape.topk
-    return (params.b_count_ns + tr.latency_ns + per_expert * math.ceil(shape.experts / n_count)
+    return (params.b_count_ns + tr.latency_ns + params.beta_ns * math.ceil(shape.experts / n_count)
+            + params.pair_ns * math.ceil(shape.tokens * shape.topk / n_count)
+            + params.chain_ns * n_count
             + params.cumsum_ns_per_source * tr.world_size * math.ceil(local / n_count))
 
 

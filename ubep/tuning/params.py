@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, fields
 CM384_AIVS = 48
 H200_SMS = 132
 
-_NONNEGATIVE_NS = ("alpha_ns", "beta_ns", "pair_ns", "b_count_ns", "b_token_ns", "cumsum_ns_per_source",
-                   "barrier_ns")
+_NONNEGATIVE_NS = ("alpha_ns", "beta_ns", "pair_ns", "chain_ns", "b_count_ns", "b_token_ns",
+                   "cumsum_ns_per_source", "barrier_ns")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,9 +26,12 @@ class CostParams:
     - ``alpha_ns``: software cost of one token copy on one token worker (slot lookup, issue,
       flag), on top of its bytes.
     - ``beta_ns``: cost of one expert's count on one count worker (count, send to its rank).
-    - ``pair_ns``: cost per (token, top-k) pair of one expert's count, where a count worker scans
-      every pair for each of its experts (the CUDA count group does); 0 where counts come from one
-      pass over the pairs.
+    - ``pair_ns``: cost per (token, top-k) pair where the count workers split the pairs and order
+      each pair within its expert in one pass (the CUDA count group: ``T * K / n_count`` pairs
+      each); 0 where a count worker handles whole experts (``beta_ns``).
+    - ``chain_ns``: cost per count worker where each one adds up the per-expert counts of the
+      workers before it (the CUDA count group: worker ``j`` reads ``j`` rows of counts, the last
+      one all of them); 0 where count workers do not depend on one another.
     - ``b_count_ns``, ``b_token_ns``: constant start-up cost of each group, kept in the model
       because at decode batch sizes they are not small next to the variable part.
     - ``cumsum_ns_per_source``: CalCumSum, per source rank and local expert: the exclusive prefix
@@ -44,6 +47,7 @@ class CostParams:
     alpha_ns: float
     beta_ns: float
     pair_ns: float
+    chain_ns: float
     b_count_ns: float
     b_token_ns: float
     cumsum_ns_per_source: float
@@ -105,23 +109,26 @@ def cm384_ascend() -> CostParams:
       at its default point (128 ranks, batch 64, one expert per die), the share it reports.
     - ``alpha_ns=100``, ``b_count_ns=500``, ``reorder_gbps=30``, ``link_efficiency=1.0``:
       assumptions.
+    - ``pair_ns=0``, ``chain_ns=0``: the AIV count workers own whole experts.
     """
-    return CostParams(name="cm384-ascend", alpha_ns=100.0, beta_ns=175.0, pair_ns=0.0, b_count_ns=500.0,
-                      b_token_ns=1000.0, cumsum_ns_per_source=70.0, max_token_workers=24,
-                      link_efficiency=1.0, reorder_gbps=30.0, barrier_ns=3500.0)
+    return CostParams(name="cm384-ascend", alpha_ns=100.0, beta_ns=175.0, pair_ns=0.0, chain_ns=0.0,
+                      b_count_ns=500.0, b_token_ns=1000.0, cumsum_ns_per_source=70.0,
+                      max_token_workers=24, link_efficiency=1.0, reorder_gbps=30.0, barrier_ns=3500.0)
 
 
 def h200() -> CostParams:
     """One H200 (132 SMs) over :func:`ubep.topology.flat` (394 GB/s measured P2P copy).
 
-    - ``alpha_ns``, ``beta_ns``, ``pair_ns``, ``b_count_ns``, ``b_token_ns``,
-      ``cumsum_ns_per_source``, ``max_token_workers``, ``link_efficiency``: fitted to the cuda
-      backend's in-kernel group times at EP2 (``benchmarks/calibrate_split.py --refit
-      benchmarks/data/calibration-h200-ep2-2026-11-30.csv``, rounded; errors in BENCHMARKS.md). Its
-      count group scans every pair per expert (``pair_ns``) and leaves the prefix sums to the
-      receivers; the fit puts that group's fixed cost mostly in ``cumsum_ns_per_source``.
+    - ``alpha_ns``, ``pair_ns``, ``chain_ns``, ``b_count_ns``, ``b_token_ns``,
+      ``max_token_workers``, ``link_efficiency``: fitted to the cuda backend's in-kernel group
+      times at EP2 (``benchmarks/calibrate_split.py --refit
+      benchmarks/data/calibration-h200-ep2-onepass-2026-12-01.csv``, rounded; errors in
+      BENCHMARKS.md). Its count group orders the pairs in one pass, each program adding up the
+      counts of the programs before it, and leaves the prefix sums over sources to the receivers:
+      ``beta_ns = cumsum_ns_per_source = 0``.
     - ``reorder_gbps=30``, ``barrier_ns=2000``: assumptions (not sampled).
     """
-    return CostParams(name="h200", alpha_ns=182.0, beta_ns=0.0, pair_ns=1.7, b_count_ns=386.0,
-                      b_token_ns=6095.0, cumsum_ns_per_source=466.0, max_token_workers=42,
-                      link_efficiency=1.064, reorder_gbps=30.0, barrier_ns=2000.0)
+    return CostParams(name="h200", alpha_ns=194.0, beta_ns=0.0, pair_ns=32.4, chain_ns=106.0,
+                      b_count_ns=267.0, b_token_ns=7266.0, cumsum_ns_per_source=0.0,
+                      max_token_workers=42, link_efficiency=1.254, reorder_gbps=30.0,
+                      barrier_ns=2000.0)

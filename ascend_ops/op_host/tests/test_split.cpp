@@ -23,6 +23,7 @@ void check_constants(const json::Value& v, Checks& checks) {
   close(c.alpha_ns, p["alpha_ns"].d, "alpha_ns", checks);
   close(c.beta_ns, p["beta_ns"].d, "beta_ns", checks);
   close(c.pair_ns, p["pair_ns"].d, "pair_ns", checks);
+  close(c.chain_ns, p["chain_ns"].d, "chain_ns", checks);
   close(c.b_count_ns, p["b_count_ns"].d, "b_count_ns", checks);
   close(c.b_token_ns, p["b_token_ns"].d, "b_token_ns", checks);
   close(c.cumsum_ns_per_source, p["cumsum_ns_per_source"].d, "cumsum_ns_per_source", checks);
