@@ -6,7 +6,9 @@ One run measures, per routing case: the ubep backends (reference on NCCL, cuda o
 memory, in each sync mode; dispatch, combine with each reduction), NCCL's
 ``all_to_all_single`` sending every (token, expert) pair (the naive per-expert all-to-all), the same
 rows through torch's NVSHMEM ``all_to_all_vdev`` with ``--vdev`` where it runs, and once per run a large
-peer-to-peer copy between GPU 0 and GPU 1 as the link ceiling. Times come from CUDA
+peer-to-peer copy between GPU 0 and GPU 1 as the link ceiling (on one GPU, ``--ranks 1``: a copy
+within it, and no ``all_to_all_vdev``; every row then stays on the GPU, which isolates the kernels'
+own costs and the host's from the link). Times come from CUDA
 events after a warm-up; each figure is the median over the iterations with the min-max spread, on
 rank 0, plus the slowest rank's median. Bytes are those that crossed between rank 0 and the other
 ranks: for dispatch what rank 0 sent, for combine what came back to rank 0. ``programs`` is the
@@ -39,10 +41,11 @@ os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
 PADDED_MAX_TOKENS = 512  # the padded (decode) layout holds W * T rows per local expert
 
 
-def link_ceiling_gbps(num_bytes: int = 1 << 30, iters: int = 10) -> float:
-    """One-direction GPU 0 -> GPU 1 copy bandwidth in GB/s (median)."""
+def link_ceiling_gbps(num_bytes: int = 1 << 30, iters: int = 10, peer: int = 1) -> float:
+    """One-direction GPU 0 -> GPU ``peer`` copy bandwidth in GB/s (median); ``peer=0``: a copy
+    within GPU 0 (on one GPU every row stays in its memory)."""
     src = torch.empty(num_bytes, dtype=torch.uint8, device="cuda:0").random_(0, 255)
-    dst = torch.empty(num_bytes, dtype=torch.uint8, device="cuda:1")
+    dst = torch.empty(num_bytes, dtype=torch.uint8, device=f"cuda:{peer}")
     times = []
     for i in range(iters + 2):
         start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
@@ -50,7 +53,7 @@ def link_ceiling_gbps(num_bytes: int = 1 << 30, iters: int = 10) -> float:
         dst.copy_(src)
         end.record(torch.cuda.current_stream(0))
         torch.cuda.synchronize(0)
-        torch.cuda.synchronize(1)
+        torch.cuda.synchronize(peer)
         if i >= 2:
             times.append(start.elapsed_time(end) / 1e3)
     return num_bytes / statistics.median(times) / 1e9
@@ -260,18 +263,20 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("bench-out"))
     args = p.parse_args()
-    if args.ranks < 2:
-        print("needs at least 2 GPUs", file=sys.stderr)
+    if args.ranks < 1:
+        print("needs a GPU", file=sys.stderr)
         return 2
-    ceiling = link_ceiling_gbps()
+    one = args.ranks == 1  # no link: the ceiling is a copy within the GPU, no NVSHMEM run
+    ceiling = link_ceiling_gbps(peer=0 if one else 1)
     t0 = time.perf_counter()
     per_rank = run_ranks(bench_rank, args.ranks, args, pg_backend="nccl", timeout_s=3000)
     header = (f"EP{args.ranks} on {torch.cuda.get_device_name(0)}, hidden {args.hidden}, "
-              f"{args.experts} experts, top-{args.top_k}, bf16; link ceiling (GPU0->GPU1 copy, "
+              f"{args.experts} experts, top-{args.top_k}, bf16; "
+              f"{'ceiling (copy within GPU0' if one else 'link ceiling (GPU0->GPU1 copy'}, "
               f"1 GiB) {ceiling:.0f} GB/s; {args.iters} iterations after {args.warmup} warm-up; "
               f"torch {torch.__version__}; {time.perf_counter() - t0:.0f} s")
     table = summarize(per_rank, ceiling, args.ranks)
-    if args.vdev:
+    if args.vdev and not one:
         vdev = run_ranks(vdev_rank, args.ranks, args, pg_backend="nccl", timeout_s=300)
         if "error" in vdev[0][0]:
             header += f"; torch all_to_all_vdev not measured: {vdev[0][0]['error']}"

@@ -15,7 +15,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from ubep.backends.cuda import checksum, wire  # noqa: E402
 from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
-from ubep.backends.cuda.backend import NUM_WARPS, row_meta  # noqa: E402
+from ubep.backends.cuda.backend import NUM_WARPS, row_meta, send_rows  # noqa: E402
 
 MODES = list(wire.MODE_CODES)
 
@@ -73,7 +73,8 @@ def test_dispatch_compiles(mode, like, replicate):
                  **_mode(mode, torch.bfloat16), "LIKE": like,
                  "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate,
                  "VERIFY": replicate and mode == "dc", "FINAL": replicate, "PROFILE": replicate,
-                 "COUNTS_FIRST": mode == "tff" and not like, **row_meta(mode, 7168, 2)}
+                 "COUNTS_FIRST": mode == "tff" and not like, **row_meta(mode, 7168, 2),
+                 "ROWS": send_rows(row_meta(mode, 7168, 2))}
     _assert_rows_move_in_16_bytes(_compile(dk.dispatch, POINTERS["dispatch"], constants))
 
 
@@ -116,14 +117,15 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
     """``tff`` and ``sp`` trust a 128-byte block whose marker they loaded: every load and store of a
     row tile must give each block to 8 lanes of one warp, 16 bytes each. Checked at small rows too,
     where a tile of fewer blocks was spread over the warps, each block's halves in two warps (read
-    stale on an H200); and at the large calls' 16 KiB steps."""
+    stale on an H200); and at the large calls' 16 KiB steps; and in the senders' tiles of several
+    rows."""
     rows = row_meta(mode, hidden, elem_bytes, tokens)
     int_type, float_type = {2: ("*i16", "*bf16"), 4: ("*i32", "*fp32")}[elem_bytes]
     dispatch = {"WORLD": 2, "E_LOCAL": 4, "W_BLOCK": 2, "L_BLOCK": 4, "TOP_K": 2, "K_BLOCK": 2,
                 "E_BLOCK": 8, "CHUNK": 128, "J_BLOCK": 512, "N_BLOCK": 256,
                 **_mode(mode, torch.bfloat16), "LIKE": False, "RECORDS": True,
                 "REPLICATE": True, "VERIFY": False, "FINAL": True, "PROFILE": False,
-                "COUNTS_FIRST": mode == "tff", **rows}
+                "COUNTS_FIRST": mode == "tff", **rows, "ROWS": send_rows(rows)}
     combine = {"WORLD": 1, "W_BLOCK": 1, "E_LOCAL": 8, "TOP_K": 1, "K_BLOCK": 2,
                **_mode(mode, torch.bfloat16), "PARTIAL": False, "WEIGHTED": False,
                "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": False, "FINAL": True,
@@ -135,6 +137,10 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
         ttgir = _build(fn, pointers, constants).asm["ttgir"]
         layouts = _tile_layouts(ttgir, f"{rows['CB']}x{rows['BE']}")
         assert layouts, f"{fn.__name__}: no row tile access found"
+        if fn is dk.dispatch and send_rows(rows) > 1:  # the senders' tiles of several rows
+            sends = _tile_layouts(ttgir, f"{send_rows(rows) * rows['CB']}x{rows['BE']}")
+            assert sends, "dispatch: no sender tile access found"
+            layouts += sends
         lanes_per_block = wire.BLOCK_BYTES // 16
         for per_thread, per_warp, warps in layouts:
             assert per_thread[-1] * elem_bytes == 16 and per_warp[-1] == lanes_per_block, (

@@ -16,16 +16,17 @@ in-kernel stamps, ``benchmarks/calibrate_split.py``).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
-import triton
 
 from ubep.backends.base import Backend, EPCommError, Handle
 from ubep.backends.cuda import checksum, records, sync, wire
 from ubep.backends.cuda import combine_kernels as ck
 from ubep.backends.cuda import dispatch_kernels as dk
+from ubep.backends.cuda.launcher import Launcher
 from ubep.backends.cuda.stamps import LaunchStamps
 from ubep.backends.cuda.symm import SymmetricBuffer, enable_for
 from ubep.config import EPConfig
@@ -37,6 +38,11 @@ INT_VIEW = {2: torch.int16, 4: torch.int32}  # rows move as integers of their el
 # steps (a 7168-element bf16 row in one step): faster at 4096 tokens, slower at 128 (BENCHMARKS.md,
 # "Row steps").
 CHUNK_BYTES, LARGE_CHUNK_BYTES, LARGE_CHUNK_TOKENS = 8192, 16384, 1024
+# Bytes of rows a sender loads per step (several rows at once: one program copied 24-27 GB/s one
+# 14 KiB row at a time and 43-47 GB/s with two to four rows in flight on an H200,
+# benchmarks/probe_copy_rate.py; more spilled registers). Only where a sender has more than one token:
+# with one, the wider tile only cost time (128-token tff graph replay 25.5 -> 29.5 µs at W = 1).
+SEND_TILE_BYTES = 32768
 PAIR_CHUNK = 128  # pairs a count program orders per step (a [CHUNK, CHUNK] comparison)
 NUM_WARPS = 8
 # Blocks of a row tile, at least one 16-byte vector per thread: Triton then gives each 128-byte block
@@ -59,12 +65,28 @@ COUNTS_FIRST_TOKENS = 512
 def row_meta(sync_mode: str, hidden: int, elem_bytes: int, tokens: int = 0) -> dict:
     """Compile-time geometry of rows of ``hidden`` elements of ``elem_bytes`` bytes in a call of
     ``tokens`` tokens: block and flag elements, blocks per row, ``CB`` blocks per tile; ``NB_BLOCK``,
-    the dc verifiers' and sp's marker-reset width (whole rows, not tiles)."""
+    the dc verifiers' and sp's marker-reset width (whole rows, not tiles). Do not modify it."""
+    return _row_meta(sync_mode, hidden, elem_bytes, tokens >= LARGE_CHUNK_TOKENS)
+
+
+@functools.cache  # asked on every launch; the host's time per eager call matters
+def _row_meta(sync_mode: str, hidden: int, elem_bytes: int, large: bool) -> dict:
     be, fe, nb = wire.geometry(sync_mode, hidden, elem_bytes)
-    step = LARGE_CHUNK_BYTES if tokens >= LARGE_CHUNK_TOKENS else CHUNK_BYTES
-    chunk = max(MIN_TILE_BLOCKS, min(triton.next_power_of_2(nb), step // wire.BLOCK_BYTES))
-    return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "NB_BLOCK": triton.next_power_of_2(nb),
+    step = LARGE_CHUNK_BYTES if large else CHUNK_BYTES
+    chunk = max(MIN_TILE_BLOCKS, min(pow2_at_least(nb), step // wire.BLOCK_BYTES))
+    return {"HIDDEN": hidden, "BE": be, "FE": fe, "NB": nb, "NB_BLOCK": pow2_at_least(nb),
             "CB": chunk}
+
+
+def send_rows(meta: dict) -> int:
+    """Rows a sender moves per step (``ROWS``), for the :func:`row_meta` geometry ``meta``."""
+    return max(1, SEND_TILE_BYTES // (meta["CB"] * wire.BLOCK_BYTES))
+
+
+def pow2_at_least(n: int) -> int:
+    """The least power of two >= ``n`` (>= 1). Triton's own helper is a JIT function: about 15 µs
+    per call from the host, several per launch."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,7 +157,8 @@ class CudaBackend(Backend):
         self.dispatch_state = torch.zeros(records.state_words(w), dtype=i64, device=device)
         self.combine_state = torch.zeros(records.state_words(w), dtype=i64, device=device)
         self.base = torch.empty(w, el, dtype=i64, device=device)
-        self.e_block = triton.next_power_of_2(cfg.num_experts)
+        self.e_block = pow2_at_least(cfg.num_experts)
+        self.w_block = pow2_at_least(w)
         self.count_hist = torch.empty(MAX_COUNT, self.e_block, dtype=torch.int32, device=device)
         self.count_flags = torch.zeros(MAX_COUNT, dtype=i64, device=device)
         # Written by timed-out waits, read by the host without a sync: pinned, device-addressable.
@@ -144,7 +167,7 @@ class CudaBackend(Backend):
         # Lanes of the per-token pair vectors. At least 2: with one lane (W = 1, K = 1) the tff
         # combine summed nothing for 16-bit rows on an H200 (y all zeros, measured). Likely the tile
         # split over warps that MIN_TILE_BLOCKS removes; kept until a GPU run shows one lane right.
-        self.k_block = triton.next_power_of_2(max(k, w, 2))
+        self.k_block = pow2_at_least(max(k, w, 2))
         self.verifiers = w if cfg.sync == "dc" else 0  # dc: one verify program per source
         # Receiving programs of every call's final launch: a constant, so acks count calls. Under an
         # SM budget they take half of what the verifiers leave; the senders share the rest.
@@ -158,6 +181,7 @@ class CudaBackend(Backend):
         # fixed per buffer, acks count its programs); benchmarks/calibrate_split.py sweeps them.
         self.max_count, self.max_send = MAX_COUNT, MAX_SEND
         self.pair_chunk = PAIR_CHUNK  # a power of 2; tests lower it to get several count programs
+        self.launch_dispatch, self.launch_combine = Launcher(dk.dispatch), Launcher(ck.combine)
 
     # -- errors -----------------------------------------------------------------------------------
 
@@ -205,7 +229,7 @@ class CudaBackend(Backend):
             split = self.splits.split(shape, self._senders())
             count, send = min(split.n_count, MAX_COUNT), split.n_token
         # a count program orders at least one step of pairs
-        count = max(1, min(triton.cdiv(num_tokens * cfg.top_k, self.pair_chunk), count))
+        count = max(1, min(-(-num_tokens * cfg.top_k // self.pair_chunk), count))
         return Workers(count=count, send=max(1, min(num_tokens, send)), recv=self.consumers,
                        verify=self.verifiers)
 
@@ -229,23 +253,23 @@ class CudaBackend(Backend):
         sw = cfg.sync == "sw"
         writers = workers.count + (workers.send if sw else 0)
         capacity = cfg.expert_capacity if cfg.layout == "padded" else 0
-        dk.dispatch[(workers.total,)](
-            x_bits, idx, weights, x_bits.shape[0], sym["stage"].ptrs, sym["route"].ptrs,
+        meta = row_meta(cfg.sync, cfg.hidden, cfg.dtype.itemsize, x_bits.shape[0])
+        self.launch_dispatch(
+            workers.total, x_bits, idx, weights, x_bits.shape[0], sym["stage"].ptrs, sym["route"].ptrs,
             sym["count"].ptrs, sym["sig"].ptrs, sym["ack"].ptrs, sym["rec"].ptrs, self.dispatch_state,
             self.count_hist, self.count_flags, self.base,
             self._stamps("dispatch", (workers.count, workers.send, workers.verify, workers.recv)), sent,
             out_bits, out_w, rows, pair_w, tpe, cfg.rank, cfg.max_tokens_per_rank, capacity,
             self.timeout_ns, self.errors.data_ptr(), workers.count, workers.send, workers.recv,
             writers, self.consumers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
-            W_BLOCK=triton.next_power_of_2(cfg.world_size),
-            L_BLOCK=triton.next_power_of_2(cfg.num_local_experts), TOP_K=cfg.top_k,
+            W_BLOCK=self.w_block, L_BLOCK=pow2_at_least(cfg.num_local_experts), TOP_K=cfg.top_k,
             K_BLOCK=self.k_block, E_BLOCK=self.e_block, CHUNK=self.pair_chunk,
             J_BLOCK=max(1, 4096 // self.e_block), N_BLOCK=MAX_COUNT,
             MODE=self.mode, SENTINEL=self.sentinel, LIKE=like, RECORDS=(not like) or sw,
             REPLICATE=replicate, VERIFY=workers.verify > 0, FINAL=final,
             COUNTS_FIRST=cfg.sync == "tff" and not like and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,
             PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            **row_meta(cfg.sync, cfg.hidden, cfg.dtype.itemsize, x_bits.shape[0]))
+            ROWS=send_rows(meta) if x_bits.shape[0] > workers.send > 0 else 1, **meta)
 
     def _combine_launches(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
                           weighted: bool, gather: bool):
@@ -264,14 +288,14 @@ class CudaBackend(Backend):
                         partial: bool, weighted: bool, gather: bool, final: bool) -> None:
         cfg, sym = self.config, self.sym
         bits = rows_RF.view(INT_VIEW[rows_RF.element_size()])
-        ck.combine[(workers.total,)](
-            rows_RF, bits, routes.rows_WMK, routes.weights_WMK, routes.idx_P, source_w,
+        self.launch_combine(
+            workers.total, rows_RF, bits, routes.rows_WMK, routes.weights_WMK, routes.idx_P, source_w,
             routes.sent_WT, num_tokens, sym["back"].ptrs, sym["back_sig"].ptrs, sym["back_ack"].ptrs,
             sym["back_rec"].ptrs, self.combine_state,
             self._stamps("combine", (workers.send, workers.verify, workers.recv)), y, cfg.rank,
             cfg.max_tokens_per_rank, self.rows_max,
             self.timeout_ns, self.errors.data_ptr(), workers.send, workers.recv, self.consumers,
-            WORLD=cfg.world_size, W_BLOCK=triton.next_power_of_2(cfg.world_size),
+            WORLD=cfg.world_size, W_BLOCK=self.w_block,
             E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=workers.verify > 0,
@@ -301,8 +325,8 @@ class CudaBackend(Backend):
         pair_w = torch.empty(w, tm, k, dtype=torch.float32, device=dev)
         tpe = torch.empty(cfg.num_local_experts, dtype=torch.int64, device=dev)
         workers = self._workers(num_tokens)
-        writers = replace(workers, recv=0, verify=0)
-        receivers = replace(workers, count=0, send=0)
+        writers = Workers(workers.count, workers.send, 0)
+        receivers = Workers(0, 0, workers.recv, workers.verify)
         common = (x_bits, idx, weights, sent)
         if cfg.layout == "padded":
             num_rows = cfg.num_local_experts * cfg.expert_capacity

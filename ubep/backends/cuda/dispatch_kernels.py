@@ -30,40 +30,56 @@ from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda import records, sync, verify
 from ubep.backends.cuda.counting import count_role
 from ubep.backends.cuda.kernels import any_true, lane, symmetric_base
-from ubep.backends.cuda.wire import DC, SP, copy_row, take_tile
+from ubep.backends.cuda.wire import DC, SP, per_block_row, put_tile, take_tile, tile, tile_rows
 
 
 @triton.jit
 def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, epoch, n_send,
                tokens_max, WORLD: tl.constexpr, W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr,
                TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
-               FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
-               SENTINEL: tl.constexpr, LIKE: tl.constexpr):
-    """Sends tokens ``j, j + n_send, ..``; returns its shares of the batch records, ``[W_BLOCK]``
-    each (``records.add_share``; dc and sp only)."""
+               FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr,
+               MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr):
+    """Sends tokens ``j, j + n_send, ..``, ``ROWS`` of them per step: each chunk of their rows is
+    loaded once, as one tile, then stored to every rank that holds one of the token's experts (a
+    program keeps ``ROWS`` rows' loads in flight instead of one). Returns its shares of the batch
+    records, ``[W_BLOCK]`` each (``records.add_share``; dc and sp only)."""
     ks = tl.arange(0, K_BLOCK)
     ws = tl.arange(0, W_BLOCK)
+    us = tl.arange(0, ROWS)
     acc_a = tl.zeros([W_BLOCK], dtype=tl.uint32)
     acc_b = tl.zeros([W_BLOCK], dtype=tl.uint32)
     acc_n = tl.zeros([W_BLOCK], dtype=tl.int32)
-    t = j
-    while t < num_tokens:
+    stage_row = (slot * WORLD + rank) * tokens_max
+    first = j
+    while first < num_tokens:
+        ts = first + us * n_send  # [ROWS] this step's tokens
+        t_rows = first + tile_rows(CB, ROWS) * n_send  # the same, per block-row of a tile
+        live = ts < num_tokens
         if not LIKE:
-            ids = tl.load(idx_ptr + t * TOP_K + ks, mask=ks < TOP_K, other=-1)
-        for dest in tl.static_range(WORLD):
-            if LIKE:
-                here = tl.load(sent_ptr + dest * tokens_max + t) != 0
-            else:
-                here = any_true((ids >= 0) & (ids // E_LOCAL == dest))
-                tl.store(sent_ptr + dest * tokens_max + t, here.to(tl.int8))
-            if here:
-                stage = symmetric_base(stage_ptrs, dest, x_ptr.dtype.element_ty)
-                stage += ((slot * WORLD + rank) * tokens_max + t).to(tl.int64) * (NB * BE)
-                a, b = copy_row(x_ptr + t.to(tl.int64) * HIDDEN, stage, epoch, t, HIDDEN, BE, FE,
-                                NB, CB, MODE, SENTINEL)
-                if MODE >= DC:  # dc and sp keep batch records
-                    acc_a, acc_b, acc_n = records.add_share(acc_a, acc_b, acc_n, dest, ws, a, b, NB)
-        t += n_send
+            ids = tl.load(idx_ptr + ts[:, None] * TOP_K + ks[None, :],
+                          mask=live[:, None] & (ks < TOP_K)[None, :], other=-1)
+        for c in range(0, tl.cdiv(NB, CB)):
+            _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB, ROWS)
+            values = tl.load(x_ptr + t_rows.to(tl.int64) * HIDDEN + p_off,
+                             mask=is_payload & (t_rows < num_tokens), other=0)
+            blocks = tl.minimum(NB - c * CB, CB)  # of each row, in this chunk
+            for dest in tl.static_range(WORLD):
+                if LIKE:
+                    here = tl.load(sent_ptr + dest * tokens_max + ts, mask=live, other=0) != 0
+                else:
+                    here = tl.sum(((ids >= 0) & (ids // E_LOCAL == dest)).to(tl.int32), 1) > 0
+                    tl.store(sent_ptr + dest * tokens_max + ts, here.to(tl.int8), mask=live)
+                n_here = tl.sum(here.to(tl.int32), 0)
+                if n_here > 0:
+                    stage = symmetric_base(stage_ptrs, dest, x_ptr.dtype.element_ty)
+                    stage += (stage_row + t_rows).to(tl.int64) * (NB * BE)
+                    a, b = put_tile(stage, values, c, epoch, t_rows,
+                                    per_block_row(here.to(tl.int32), CB, ROWS) != 0, HIDDEN, BE,
+                                    FE, NB, CB, ROWS, MODE, SENTINEL)
+                    if MODE >= DC:  # dc and sp keep batch records
+                        acc_a, acc_b, acc_n = records.add_share(acc_a, acc_b, acc_n, dest, ws, a,
+                                                                b, blocks * n_here)
+        first += n_send * ROWS
     return acc_a, acc_b, acc_n
 
 
@@ -197,7 +213,8 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
              err_addr, n_count, n_send, n_recv, n_writers, n_consumers, WORLD: tl.constexpr,
              E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, TOP_K: tl.constexpr,
              K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
-             NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, E_BLOCK: tl.constexpr,
+             NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr,
+             E_BLOCK: tl.constexpr,
              CHUNK: tl.constexpr, J_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
              MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
              REPLICATE: tl.constexpr, VERIFY: tl.constexpr, FINAL: tl.constexpr,
@@ -209,7 +226,8 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     batch records (``records``); ``SENTINEL`` is ``sp``'s marker word. ``FINAL``: this launch ends
     the call (receivers ack, the epoch advances). ``COUNTS_FIRST`` (``tff`` only): senders start
     once this rank's record is out, so the counts lead the tokens. ``NB_BLOCK``: ``NB`` rounded up
-    to a power of two (the ``dc`` verifiers and ``sp``'s marker reset).
+    to a power of two (the ``dc`` verifiers and ``sp``'s marker reset). ``ROWS``: rows a sender
+    moves per step (a power of two).
 
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
     buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
@@ -242,7 +260,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
             acc_a, acc_b, acc_n = _send_role(pid - n_count, x_ptr, idx_ptr, num_tokens, stage_ptrs,
                                              sent_ptr, rank, slot, epoch, n_send, tokens_max, WORLD,
                                              W_BLOCK, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, CB,
-                                             MODE, SENTINEL, LIKE)
+                                             ROWS, MODE, SENTINEL, LIKE)
             if MODE >= DC:
                 records.publish(state_ptr, n_send, rec_ptrs, acc_a, acc_b, acc_n, slot, rank, epoch,
                                 WORLD, W_BLOCK, NB, MODE == SP)

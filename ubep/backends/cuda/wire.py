@@ -22,8 +22,9 @@ A row of ``HIDDEN`` elements of ``ES`` bytes is cut into ``NB`` blocks of ``BE``
 Example: 7168 bf16 elements, ``tff`` with 128-byte blocks: ``BE = 64``, ``FE = 4``, ``PE = 60``,
 ``NB = 120``, 15360 bytes per row on the wire; ``sw``, ``dc``, ``sp``: ``NB = 112``, 14336 bytes.
 
-Rows move in chunks of ``CB`` blocks, as ``[CB, BE]`` tiles: the wire side of a tile is contiguous
-(16-byte vector stores), the payload side is contiguous within each block.
+Rows move in chunks of ``CB`` blocks, as ``[CB, BE]`` tiles, or ``U`` rows' chunks at once as one
+``[U * CB, BE]`` tile (the senders: more bytes in flight per program): the wire side of a row's
+chunk is contiguous (16-byte vector stores), the payload side is contiguous within each block.
 """
 
 from __future__ import annotations
@@ -44,19 +45,39 @@ def geometry(mode: str, hidden: int, elem_bytes: int) -> tuple[int, int, int]:
     """``(BE, FE, NB)`` of a row of ``hidden`` elements of ``elem_bytes`` bytes in ``mode``."""
     be = BLOCK_BYTES // elem_bytes
     fe = FLAG_BYTES // elem_bytes if mode == "tff" else 0
-    return be, fe, triton.cdiv(hidden, be - fe)
+    return be, fe, -(-hidden // (be - fe))  # host integers: triton.cdiv is a slow JIT call here
 
 
 @triton.jit
 def tile(c, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-         CB: tl.constexpr):
-    """Offsets of chunk ``c`` of a row: ``(wire [CB, BE], payload [CB, BE], is_payload, is_flag)``."""
-    b = c * CB + tl.arange(0, CB)[:, None]
+         CB: tl.constexpr, U: tl.constexpr):
+    """Offsets of chunk ``c`` of ``U`` rows as one ``[U * CB, BE]`` tile, block-row ``r`` holding
+    block ``c * CB + r % CB`` of row ``r // CB`` (:func:`tile_rows`): ``(wire, payload, is_payload,
+    is_flag)``, offsets within each row."""
+    b = _blocks(c, CB, U)
     o = tl.arange(0, BE)[None, :]
     payload = b * (BE - FE) + o - FE
     is_payload = (o >= FE) & (payload < HIDDEN) & (b < NB)
     is_flag = (o < FE) & (b < NB)
     return b * BE + o, payload, is_payload, is_flag
+
+
+@triton.jit
+def _blocks(c, CB: tl.constexpr, U: tl.constexpr):
+    """``[U * CB, 1]``: the block of its row each block-row of chunk ``c`` holds."""
+    return c * CB + (tl.arange(0, U * CB) % CB)[:, None]
+
+
+@triton.jit
+def tile_rows(CB: tl.constexpr, U: tl.constexpr):
+    """``[U * CB, 1]``: the row ``u < U`` of each block-row of a :func:`tile`."""
+    return (tl.arange(0, U * CB) // CB)[:, None]
+
+
+@triton.jit
+def per_block_row(per_row, CB: tl.constexpr, U: tl.constexpr):
+    """A ``[U]`` int32 vector spread over a tile's block-rows: ``[U * CB, 1]``."""
+    return tl.reshape(tl.broadcast_to(per_row[:, None], (U, CB)), (U * CB, 1))
 
 
 @triton.jit
@@ -68,21 +89,23 @@ def flag_bits(epoch, BE: tl.constexpr, FE: tl.constexpr, BITS: tl.constexpr):
 
 
 @triton.jit
-def _first_word(row, c, NB: tl.constexpr, CB: tl.constexpr):
-    """``dc``: number ``k`` (u32, ``[CB, 1]``) of word 0 of each block of chunk ``c`` of row ``row``."""
-    b = c * CB + tl.arange(0, CB)[:, None]
-    return ((row.to(tl.int64) * NB + b) * 2).to(tl.uint32)
+def _first_word(row, c, NB: tl.constexpr, CB: tl.constexpr, U: tl.constexpr):
+    """``dc``: number ``k`` (u32, ``[U * CB, 1]``) of word 0 of each block of chunk ``c`` of the
+    tile's rows, numbered ``row`` (a scalar, or ``[U * CB, 1]``)."""
+    return ((row.to(tl.int64) * NB + _blocks(c, CB, U)) * 2).to(tl.uint32)
 
 
 @triton.jit
-def put_tile(wire_ptr, values, c, epoch, row, HIDDEN: tl.constexpr, BE: tl.constexpr,
-             FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
-             SENTINEL: tl.constexpr):
-    """Store chunk ``c`` of row ``row`` whose payload elements are ``values`` (``[CB, BE]`` of the
-    wire's integer type, at the tile's payload offsets) into the wire row at ``wire_ptr``, flags and
-    masks included. Returns what the batch record needs: ``dc`` the tile's checksum lanes ``(A, B)``;
-    ``sp`` (as ``A``) how many blocks carry the sentinel; zeros otherwise."""
-    w_off, _, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB)
+def put_tile(wire_ptr, values, c, epoch, row, live, HIDDEN: tl.constexpr, BE: tl.constexpr,
+             FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, U: tl.constexpr,
+             MODE: tl.constexpr, SENTINEL: tl.constexpr):
+    """Store chunk ``c`` of ``U`` rows whose payload elements are ``values`` (a ``[U * CB, BE]``
+    :func:`tile` of the wire's integer type) into the wire rows starting at ``wire_ptr``, flags and
+    masks included; rows numbered ``row`` in their batch, only where ``live`` (``wire_ptr``, ``row``
+    and ``live`` are scalars or ``[U * CB, 1]``). Returns what the batch record needs: ``dc`` the
+    checksum lanes ``(A, B)`` of the stored blocks; ``sp`` (as ``A``) how many of them carry the
+    sentinel; zeros otherwise."""
+    w_off, _, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB, U)
     dt: tl.constexpr = wire_ptr.dtype.element_ty
     bits: tl.constexpr = dt.primitive_bitwidth
     if FE > 0:
@@ -91,15 +114,15 @@ def put_tile(wire_ptr, values, c, epoch, row, HIDDEN: tl.constexpr, BE: tl.const
     values = tl.where(is_payload | is_flag, values, 0)
     lane_a = tl.zeros([], dtype=tl.uint32)
     lane_b = tl.zeros([], dtype=tl.uint32)
-    in_row = (c * CB + tl.arange(0, CB)[:, None]) < NB
+    sent = (_blocks(c, CB, U) < NB) & live
     if MODE == DC:
-        first = _first_word(row, c, NB, CB)
+        first = _first_word(row, c, NB, CB, U)
         values = ck.mask_tile(values, first, ck.digest(epoch), bits)
         w0, w1 = ck.marker_words(values, bits)
-        lane_a, lane_b = ck.lanes(w0, w1, tl.reshape(first, [CB]), tl.reshape(in_row, [CB]))
+        lane_a, lane_b = ck.lanes(w0, w1, tl.reshape(first, [U * CB]), tl.reshape(sent, [U * CB]))
     if MODE == SP:
-        lane_a = ck.collides(values, in_row, SENTINEL, bits).to(tl.uint32)
-    tl.store(wire_ptr + w_off, values, mask=w_off < NB * BE)
+        lane_a = ck.collides(values, sent, SENTINEL, bits).to(tl.uint32)
+    tl.store(wire_ptr + w_off, values, mask=(w_off < NB * BE) & live)
     return lane_a, lane_b
 
 
@@ -112,9 +135,10 @@ def copy_row(src_ptr, wire_ptr, epoch, row, HIDDEN: tl.constexpr, BE: tl.constex
     lane_a = tl.zeros([], dtype=tl.uint32)
     lane_b = tl.zeros([], dtype=tl.uint32)
     for c in range(0, tl.cdiv(NB, CB)):
-        _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB)
+        _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB, 1)
         values = tl.load(src_ptr + p_off, mask=is_payload, other=0)
-        a, b = put_tile(wire_ptr, values, c, epoch, row, HIDDEN, BE, FE, NB, CB, MODE, SENTINEL)
+        a, b = put_tile(wire_ptr, values, c, epoch, row, True, HIDDEN, BE, FE, NB, CB, 1, MODE,
+                        SENTINEL)
         lane_a += a
         lane_b += b
     return lane_a, lane_b
@@ -147,7 +171,7 @@ def take_tile(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr,
     load (the record said the rows have landed); ``dc``: the same, then the markers decoded (the
     verify group matched the source's checksum).
     The loads bypass L1, which may hold lines from before the peer wrote."""
-    w_off, p_off, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB)
+    w_off, p_off, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB, 1)
     in_row = w_off < NB * BE
     dt: tl.constexpr = wire_ptr.dtype.element_ty
     bits: tl.constexpr = dt.primitive_bitwidth
@@ -176,5 +200,5 @@ def take_tile(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr,
     else:
         values = tl.load(wire_ptr + w_off, mask=in_row, other=0, cache_modifier=".cg")
         if MODE == DC:
-            values = ck.mask_tile(values, _first_word(row, c, NB, CB), ck.digest(epoch), bits)
+            values = ck.mask_tile(values, _first_word(row, c, NB, CB, 1), ck.digest(epoch), bits)
     return values, p_off, is_payload
