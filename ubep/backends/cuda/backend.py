@@ -65,7 +65,8 @@ COUNTS_FIRST_TOKENS = 512
 def row_meta(sync_mode: str, hidden: int, elem_bytes: int, tokens: int = 0) -> dict:
     """Compile-time geometry of rows of ``hidden`` elements of ``elem_bytes`` bytes in a call of
     ``tokens`` tokens: block and flag elements, blocks per row, ``CB`` blocks per tile; ``NB_BLOCK``,
-    the dc verifiers' and sp's marker-reset width (whole rows, not tiles). Do not modify it."""
+    the dc verifiers' and sp's marker-reset width (whole rows, not tiles). One dict per geometry,
+    shared between calls: read it, do not modify it."""
     return _row_meta(sync_mode, hidden, elem_bytes, tokens >= LARGE_CHUNK_TOKENS)
 
 

@@ -1,9 +1,9 @@
 """Kernel launches that skip Triton's per-call argument binding once a kernel is compiled.
 
 Triton's call path (``kernel[grid](...)``) binds and specializes every argument again on each
-launch: 66 µs per dispatch launch on the H200 host, against 19 µs through the compiled kernel's own
-launcher (``.variants``-free measurement in docs/BENCHMARKS.md, "Host cost of an eager call"). A
-decode step launches two to four kernels, so that difference is most of an eager call's host time.
+launch: 35-66 µs of host time per dispatch launch on the H200 machines, against 12-19 µs through
+the compiled kernel's own launcher (docs/BENCHMARKS.md, "One GPU, side by side"). A compact
+dispatch launches twice, so that difference is a large part of an eager call's host time.
 
 :class:`Launcher` keys compiled kernels by everything Triton specializes on: the compile-time
 constants, ``num_warps``, each tensor's dtype and 16-byte alignment, and each integer's width class
