@@ -90,7 +90,7 @@ def test_combine_compiles(mode, partial, gather):
                  **_mode(mode, torch.bfloat16),
                  "PARTIAL": partial, "WEIGHTED": partial, "SUM_WEIGHTED": not partial and not gather,
                  "GATHER": gather, "VERIFY": mode == "dc", "FINAL": not gather, "PROFILE": partial,
-                 **rows}
+                 **rows, "ROWS": min(8, send_rows(rows))}
     ops = _compile(ck.combine, pointers, constants)
     if not gather:
         _assert_rows_move_in_16_bytes(ops)
@@ -129,7 +129,7 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
     combine = {"WORLD": 1, "W_BLOCK": 1, "E_LOCAL": 8, "TOP_K": 1, "K_BLOCK": 2,
                **_mode(mode, torch.bfloat16), "PARTIAL": False, "WEIGHTED": False,
                "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": False, "FINAL": True,
-               "PROFILE": False, **rows}
+               "PROFILE": False, **rows, "ROWS": min(2, send_rows(rows))}
     builds = [(dk.dispatch, dict(POINTERS["dispatch"], x_ptr=int_type, out_ptr=int_type), dispatch),
               (ck.combine, dict(POINTERS["combine"], out_ptr=float_type, out_bits_ptr=int_type,
                                 y_ptr=float_type), combine)]
@@ -137,9 +137,9 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
         ttgir = _build(fn, pointers, constants).asm["ttgir"]
         layouts = _tile_layouts(ttgir, f"{rows['CB']}x{rows['BE']}")
         assert layouts, f"{fn.__name__}: no row tile access found"
-        if fn is dk.dispatch and send_rows(rows) > 1:  # the senders' tiles of several rows
-            sends = _tile_layouts(ttgir, f"{send_rows(rows) * rows['CB']}x{rows['BE']}")
-            assert sends, "dispatch: no sender tile access found"
+        if constants["ROWS"] > 1:  # the senders' tiles of several rows
+            sends = _tile_layouts(ttgir, f"{constants['ROWS'] * rows['CB']}x{rows['BE']}")
+            assert sends, f"{fn.__name__}: no sender tile access found"
             layouts += sends
         lanes_per_block = wire.BLOCK_BYTES // 16
         for per_thread, per_warp, warps in layouts:

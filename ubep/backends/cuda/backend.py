@@ -289,6 +289,7 @@ class CudaBackend(Backend):
                         partial: bool, weighted: bool, gather: bool, final: bool) -> None:
         cfg, sym = self.config, self.sym
         bits = rows_RF.view(INT_VIEW[rows_RF.element_size()])
+        meta = row_meta(cfg.sync, rows_RF.shape[1], rows_RF.element_size(), num_tokens)
         self.launch_combine(
             workers.total, rows_RF, bits, routes.rows_WMK, routes.weights_WMK, routes.idx_P, source_w,
             routes.sent_WT, num_tokens, sym["back"].ptrs, sym["back_sig"].ptrs, sym["back_ack"].ptrs,
@@ -300,9 +301,8 @@ class CudaBackend(Backend):
             E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=workers.verify > 0,
-            FINAL=final,
-            PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            **row_meta(cfg.sync, rows_RF.shape[1], rows_RF.element_size(), num_tokens))
+            FINAL=final, PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
+            ROWS=min(self.k_block, send_rows(meta)), **meta)
 
     # -- dispatch ---------------------------------------------------------------------------------
     # Each operation is a generator of launches. On a GPU they run back to back (`_finish`), the

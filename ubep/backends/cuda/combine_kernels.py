@@ -25,7 +25,7 @@ import triton.language as tl
 from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda import records, sync, verify
 from ubep.backends.cuda.kernels import INTERPRETED, any_true, lane, symmetric_base
-from ubep.backends.cuda.wire import DC, SP, SW, copy_row, put_tile, take_tile, tile
+from ubep.backends.cuda.wire import DC, SP, SW, per_block_row, put_tile, take_tile, tile, tile_rows
 
 # Row tiles of at most this many 128-byte blocks (8 KiB) sum a token's pairs from masked loads
 # without branches.
@@ -55,8 +55,8 @@ def _add(a, b):
 def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, slot, epoch,
                tokens_max, rows_max, acc_a, acc_b, acc_n, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
                HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-               CB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr, PARTIAL: tl.constexpr,
-               WEIGHTED: tl.constexpr):
+               CB: tl.constexpr, ROWS: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr,
+               PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr):
     """Item ``i = s * T_max + t``: the outputs of source ``s``'s token ``t`` go home, as rows
     ``rank * T_max + t`` (``PARTIAL``) or ``t * K + k`` of its back buffer; returns the
     per-destination record sums ``acc_*`` (``[W_BLOCK]``) with this item's share added (dc, sp)."""
@@ -102,15 +102,24 @@ def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, 
             if MODE >= DC:  # dc and sp keep batch records
                 acc_a, acc_b, acc_n = records.add_share(acc_a, acc_b, acc_n, s, ws, lane_a, lane_b, NB)
         else:
-            for k in tl.static_range(TOP_K):
-                row = lane(rows, ks, k)
-                if row >= 0:
-                    wire_row = t.to(tl.int64) * TOP_K + k
-                    wire = back + wire_row * (NB * BE)
-                    a, b = copy_row(out_bits_ptr + row * HIDDEN, wire, epoch, wire_row, HIDDEN, BE,
-                                    FE, NB, CB, MODE, SENTINEL)
-                    if MODE >= DC:
-                        acc_a, acc_b, acc_n = records.add_share(acc_a, acc_b, acc_n, s, ws, a, b, NB)
+            # ROWS of the token's pairs per step, one tile: their rows' loads are in flight at once
+            for g in tl.static_range(0, K_BLOCK, ROWS):
+                kg = g + tl.arange(0, ROWS)
+                rows_g = tl.load(rows_ptr + i * TOP_K + kg, mask=kg < TOP_K, other=-1)
+                n_live = tl.sum((rows_g >= 0).to(tl.int32), 0)
+                if n_live > 0:
+                    row_r = per_block_row(rows_g, CB, ROWS)  # [ROWS * CB, 1], -1: no pair
+                    wire_r = t.to(tl.int64) * TOP_K + g + tile_rows(CB, ROWS)
+                    for c in range(0, tl.cdiv(NB, CB)):
+                        _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB, ROWS)
+                        values = tl.load(out_bits_ptr + tl.maximum(row_r, 0) * HIDDEN + p_off,
+                                         mask=is_payload & (row_r >= 0), other=0)
+                        a, b = put_tile(back + wire_r * (NB * BE), values, c, epoch, wire_r,
+                                        row_r >= 0, HIDDEN, BE, FE, NB, CB, ROWS, MODE, SENTINEL)
+                        if MODE >= DC:
+                            blocks = tl.minimum(NB - c * CB, CB) * n_live
+                            acc_a, acc_b, acc_n = records.add_share(acc_a, acc_b, acc_n, s, ws, a,
+                                                                    b, blocks)
     return acc_a, acc_b, acc_n
 
 
@@ -221,13 +230,14 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
             rows_max, timeout_ns, err_addr, n_send, n_recv, n_consumers, WORLD: tl.constexpr,
             W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
             HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-            NB_BLOCK: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr,
-            PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
+            NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr, MODE: tl.constexpr,
+            SENTINEL: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
             GATHER: tl.constexpr, VERIFY: tl.constexpr, FINAL: tl.constexpr,
             PROFILE: tl.constexpr):
     """One combine (see the module doc): programs ``[0, n_send)`` send, then (``VERIFY``, ``dc``
     only) ``W`` verify, then ``n_recv`` reduce; ``FINAL``: this launch ends the call (a combine may
-    run as a send launch, then a reduce launch).
+    run as a send launch, then a reduce launch). ``ROWS``: pairs' rows a ``reduce="source"`` sender
+    moves per step (a power of two, at most ``K_BLOCK``).
 
     Expert side: ``out [rows, H]`` (and the same memory as integers, ``out_bits``), the dispatch's
     ``rows`` / ``pair_w [W, T_max, K]``. Source side: ``idx`` / ``w [T * K]``, ``sent [W, T_max]``,
@@ -254,8 +264,8 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
         while i < WORLD * tokens_max:  # while, not range: runtime bounds (also for the interpreter)
             acc_a, acc_b, acc_n = _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs,
                                              rank, slot, epoch, tokens_max, rows_max, acc_a, acc_b,
-                                             acc_n, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, CB, MODE,
-                                             SENTINEL, PARTIAL, WEIGHTED)
+                                             acc_n, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, CB, ROWS,
+                                             MODE, SENTINEL, PARTIAL, WEIGHTED)
             i += n_send
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         if MODE == SW:

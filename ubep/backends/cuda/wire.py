@@ -76,7 +76,7 @@ def tile_rows(CB: tl.constexpr, U: tl.constexpr):
 
 @triton.jit
 def per_block_row(per_row, CB: tl.constexpr, U: tl.constexpr):
-    """A ``[U]`` int32 vector spread over a tile's block-rows: ``[U * CB, 1]``."""
+    """A ``[U]`` vector spread over a tile's block-rows: ``[U * CB, 1]``."""
     return tl.reshape(tl.broadcast_to(per_row[:, None], (U, CB)), (U * CB, 1))
 
 
