@@ -30,7 +30,7 @@ parts=("$@")
 for part in "${parts[@]}"; do
   case $part in
     exact)
-      run wire python3 -m pytest -q -rf tests/test_cuda_wire.py
+      run wire python3 -m pytest -q -rf tests/test_cuda_wire.py tests/test_cuda_launcher.py
       run exact python3 -m pytest -q -rf tests/test_cuda.py -k "not stress" ;;
     stress)
       run stress python3 -m pytest -q -rf tests/test_cuda.py -k stress ;;
