@@ -55,20 +55,24 @@ def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, 
         ts = first + us * n_send  # [ROWS] this step's tokens
         t_rows = first + tile_rows(CB, ROWS) * n_send  # the same, per block-row of a tile
         live = ts < num_tokens
-        if not LIKE:
+        # [ROWS, W_BLOCK]: whether each token goes to each rank, once per step
+        sent_at = sent_ptr + ws[None, :] * tokens_max + ts[:, None]
+        sent_mask = live[:, None] & (ws < WORLD)[None, :]
+        if LIKE:
+            goes = (tl.load(sent_at, mask=sent_mask, other=0) != 0).to(tl.int32)
+        else:
             ids = tl.load(idx_ptr + ts[:, None] * TOP_K + ks[None, :],
                           mask=live[:, None] & (ks < TOP_K)[None, :], other=-1)
+            owner = tl.where(ids >= 0, ids // E_LOCAL, -1)[:, :, None]  # [ROWS, K_BLOCK, 1]
+            goes = (tl.sum((owner == ws[None, None, :]).to(tl.int32), 1) > 0).to(tl.int32)
+            tl.store(sent_at, goes.to(tl.int8), mask=sent_mask)
         for c in range(0, tl.cdiv(NB, CB)):
             _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB, ROWS)
             values = tl.load(x_ptr + t_rows.to(tl.int64) * HIDDEN + p_off,
                              mask=is_payload & (t_rows < num_tokens), other=0)
             blocks = tl.minimum(NB - c * CB, CB)  # of each row, in this chunk
             for dest in tl.static_range(WORLD):
-                if LIKE:
-                    here = tl.load(sent_ptr + dest * tokens_max + ts, mask=live, other=0) != 0
-                else:
-                    here = tl.sum(((ids >= 0) & (ids // E_LOCAL == dest)).to(tl.int32), 1) > 0
-                    tl.store(sent_ptr + dest * tokens_max + ts, here.to(tl.int8), mask=live)
+                here = tl.sum(tl.where(ws[None, :] == dest, goes, 0), 1) > 0  # [ROWS]
                 n_here = tl.sum(here.to(tl.int32), 0)
                 if n_here > 0:
                     stage = symmetric_base(stage_ptrs, dest, x_ptr.dtype.element_ty)
