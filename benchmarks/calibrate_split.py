@@ -125,8 +125,7 @@ def main() -> int:
         samples = samples_of(rows, args)
         measured_on = torch.cuda.get_device_name(0)
     topology = flat(args.ranks)
-    base = dataclasses.replace(h200(), beta_ns=0.0, cumsum_ns_per_source=0.0)  # not in this group
-    fit = calibrate(samples, topology, base, count_terms=ONE_PASS_COUNT_TERMS)
+    fit = calibrate(samples, topology, h200(), count_terms=ONE_PASS_COUNT_TERMS)
     table = [{"tokens": s.shape.tokens, "bytes_per_token": s.shape.bytes_per_token,
               "n_count": s.n_count, "n_token": s.n_workers - s.n_count, "group": s.group,
               "measured_us": round(s.time_ns / 1e3, 2),
