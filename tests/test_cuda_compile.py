@@ -15,7 +15,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from ubep.backends.cuda import checksum, wire  # noqa: E402
 from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
-from ubep.backends.cuda.backend import NUM_WARPS, row_meta, send_rows  # noqa: E402
+from ubep.backends.cuda.backend import NUM_WARPS, row_meta, step_rows  # noqa: E402
 
 MODES = list(wire.MODE_CODES)
 
@@ -74,7 +74,8 @@ def test_dispatch_compiles(mode, like, replicate):
                  "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate,
                  "VERIFY": replicate and mode == "dc", "FINAL": replicate, "PROFILE": replicate,
                  "COUNTS_FIRST": mode == "tff" and not like, **row_meta(mode, 7168, 2),
-                 "ROWS": send_rows(row_meta(mode, 7168, 2))}
+                 "ROWS": step_rows(row_meta(mode, 7168, 2)),
+                 "RECV_ROWS": step_rows(row_meta(mode, 7168, 2))}
     _assert_rows_move_in_16_bytes(_compile(dk.dispatch, POINTERS["dispatch"], constants))
 
 
@@ -90,7 +91,7 @@ def test_combine_compiles(mode, partial, gather):
                  **_mode(mode, torch.bfloat16),
                  "PARTIAL": partial, "WEIGHTED": partial, "SUM_WEIGHTED": not partial and not gather,
                  "GATHER": gather, "VERIFY": mode == "dc", "FINAL": not gather, "PROFILE": partial,
-                 **rows, "ROWS": min(8, send_rows(rows))}
+                 **rows, "ROWS": min(8, step_rows(rows))}
     ops = _compile(ck.combine, pointers, constants)
     if not gather:
         _assert_rows_move_in_16_bytes(ops)
@@ -99,7 +100,8 @@ def test_combine_compiles(mode, partial, gather):
 def _tile_layouts(ttgir: str, shape: str) -> list[tuple[list[int], list[int], list[int]]]:
     """``(sizePerThread, threadsPerWarp, warpsPerCTA)`` of every wire access of an integer row tile
     of ``shape`` (``"CBxBE"``) in ``ttgir``: loads and stores, but not the stores of received rows
-    into their destination (masked by the payload lanes, any layout will do there)."""
+    into their destination (masked by the payload lanes, ``is_payload`` or ``is_placed``: any layout
+    will do there)."""
     layouts = {m.group(1): tuple([int(v) for v in m.group(i).split(",")] for i in (2, 3, 4))
                for m in re.finditer(r"^(#blocked\d*) = #ttg\.blocked<\{sizePerThread = \[([\d, ]+)\], "
                                     r"threadsPerWarp = \[([\d, ]+)\], warpsPerCTA = \[([\d, ]+)\]",
@@ -107,7 +109,7 @@ def _tile_layouts(ttgir: str, shape: str) -> list[tuple[list[int], list[int], li
     accesses = re.finditer(rf"(tt\.load|tt\.store) (.*)tensor<{shape}x!tt\.ptr<i\d+>, (#blocked\d*)>",
                            ttgir)
     return [layouts[m.group(3)] for m in accesses
-            if not (m.group(1) == "tt.store" and "%is_payload" in m.group(2))]
+            if not (m.group(1) == "tt.store" and re.search(r"%is_(payload|placed)", m.group(2)))]
 
 
 @pytest.mark.parametrize("mode", ["tff", "sp"])
@@ -118,29 +120,33 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
     row tile must give each block to 8 lanes of one warp, 16 bytes each. Checked at small rows too,
     where a tile of fewer blocks was spread over the warps, each block's halves in two warps (read
     stale on an H200); and at the large calls' 16 KiB steps; and in the senders' tiles of several
-    rows."""
+    rows (senders' and receivers')."""
     rows = row_meta(mode, hidden, elem_bytes, tokens)
     int_type, float_type = {2: ("*i16", "*bf16"), 4: ("*i32", "*fp32")}[elem_bytes]
     dispatch = {"WORLD": 2, "E_LOCAL": 4, "W_BLOCK": 2, "L_BLOCK": 4, "TOP_K": 2, "K_BLOCK": 2,
                 "E_BLOCK": 8, "CHUNK": 128, "J_BLOCK": 512, "N_BLOCK": 256,
                 **_mode(mode, torch.bfloat16), "LIKE": False, "RECORDS": True,
                 "REPLICATE": True, "VERIFY": False, "FINAL": True, "PROFILE": False,
-                "COUNTS_FIRST": mode == "tff", **rows, "ROWS": send_rows(rows)}
+                "COUNTS_FIRST": mode == "tff", **rows}
     combine = {"WORLD": 1, "W_BLOCK": 1, "E_LOCAL": 8, "TOP_K": 1, "K_BLOCK": 2,
                **_mode(mode, torch.bfloat16), "PARTIAL": False, "WEIGHTED": False,
                "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": False, "FINAL": True,
-               "PROFILE": False, **rows, "ROWS": min(2, send_rows(rows))}
-    builds = [(dk.dispatch, dict(POINTERS["dispatch"], x_ptr=int_type, out_ptr=int_type), dispatch),
+               "PROFILE": False, **rows, "ROWS": min(2, step_rows(rows))}
+    dispatch_pointers = dict(POINTERS["dispatch"], x_ptr=int_type, out_ptr=int_type)
+    several = step_rows(rows)
+    builds = [(dk.dispatch, dispatch_pointers, dict(dispatch, ROWS=several, RECV_ROWS=1)),
+              (dk.dispatch, dispatch_pointers, dict(dispatch, ROWS=1, RECV_ROWS=several)),
               (ck.combine, dict(POINTERS["combine"], out_ptr=float_type, out_bits_ptr=int_type,
                                 y_ptr=float_type), combine)]
     for fn, pointers, constants in builds:
         ttgir = _build(fn, pointers, constants).asm["ttgir"]
         layouts = _tile_layouts(ttgir, f"{rows['CB']}x{rows['BE']}")
         assert layouts, f"{fn.__name__}: no row tile access found"
-        if constants["ROWS"] > 1:  # the senders' tiles of several rows
-            sends = _tile_layouts(ttgir, f"{constants['ROWS'] * rows['CB']}x{rows['BE']}")
-            assert sends, f"{fn.__name__}: no sender tile access found"
-            layouts += sends
+        per_step = max(constants["ROWS"], constants.get("RECV_ROWS", 1))
+        if per_step > 1:  # the tiles of several rows
+            tiles = _tile_layouts(ttgir, f"{per_step * rows['CB']}x{rows['BE']}")
+            assert tiles, f"{fn.__name__}: no tile of several rows found"
+            layouts += tiles
         lanes_per_block = wire.BLOCK_BYTES // 16
         for per_thread, per_warp, warps in layouts:
             assert per_thread[-1] * elem_bytes == 16 and per_warp[-1] == lanes_per_block, (

@@ -38,10 +38,11 @@ INT_VIEW = {2: torch.int16, 4: torch.int32}  # rows move as integers of their el
 # steps (a 7168-element bf16 row in one step): faster at 4096 tokens, slower at 128 (BENCHMARKS.md,
 # "Row steps").
 CHUNK_BYTES, LARGE_CHUNK_BYTES, LARGE_CHUNK_TOKENS = 8192, 16384, 1024
-# Bytes of rows a sender loads per step (several rows at once: one program copied 24-27 GB/s one
-# 14 KiB row at a time and 43-47 GB/s with two to four rows in flight on an H200,
-# benchmarks/probe_copy_rate.py; more spilled registers). Only where a sender has more than one token:
-# with one, the wider tile only cost time (128-token tff graph replay 25.5 -> 29.5 µs at W = 1).
+# Bytes of rows a program with several loads per step, as one tile (senders; receivers with several
+# items): one program copied 24-27 GB/s one 14 KiB row at a time and 43-47 GB/s with two to four rows
+# in flight on an H200 (benchmarks/probe_copy_rate.py); more spilled registers. Only where a program
+# has more than one row: with one, the wider tile only cost time (128-token tff graph replay
+# 25.5 -> 29.5 µs at W = 1).
 SEND_TILE_BYTES = 32768
 PAIR_CHUNK = 128  # pairs a count program orders per step (a [CHUNK, CHUNK] comparison)
 NUM_WARPS = 8
@@ -79,8 +80,9 @@ def _row_meta(sync_mode: str, hidden: int, elem_bytes: int, large: bool) -> dict
             "CB": chunk}
 
 
-def send_rows(meta: dict) -> int:
-    """Rows a sender moves per step (``ROWS``), for the :func:`row_meta` geometry ``meta``."""
+def step_rows(meta: dict) -> int:
+    """Rows a program with several moves per step (senders' ``ROWS``, receivers' ``RECV_ROWS``), for
+    the :func:`row_meta` geometry ``meta``."""
     return max(1, SEND_TILE_BYTES // (meta["CB"] * wire.BLOCK_BYTES))
 
 
@@ -174,6 +176,7 @@ class CudaBackend(Backend):
         # SM budget they take half of what the verifiers leave; the senders share the rest.
         budget = cfg.num_sms
         self.consumers = min(w * tm, MAX_RECV if budget is None else (budget - self.verifiers) // 2)
+        self.receive_items = w * tm  # (source, token) items the receivers share
         self.splits = None if budget is None else SplitCache(flat(w), h200(),
                                                              bucket_tokens=SPLIT_BUCKET_TOKENS)
         self.last_launches: dict[str, LaunchStamps] = {}  # per op, with profiling on
@@ -270,7 +273,8 @@ class CudaBackend(Backend):
             REPLICATE=replicate, VERIFY=workers.verify > 0, FINAL=final,
             COUNTS_FIRST=cfg.sync == "tff" and not like and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,
             PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            ROWS=send_rows(meta) if x_bits.shape[0] > workers.send > 0 else 1, **meta)
+            ROWS=step_rows(meta) if x_bits.shape[0] > workers.send > 0 else 1,
+            RECV_ROWS=step_rows(meta) if self.receive_items > self.consumers else 1, **meta)
 
     def _combine_launches(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
                           weighted: bool, gather: bool):
@@ -302,7 +306,7 @@ class CudaBackend(Backend):
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=workers.verify > 0,
             FINAL=final, PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            ROWS=min(self.k_block, send_rows(meta)), **meta)
+            ROWS=min(self.k_block, step_rows(meta)), **meta)
 
     # -- dispatch ---------------------------------------------------------------------------------
     # Each operation is a generator of launches. On a GPU they run back to back (`_finish`), the

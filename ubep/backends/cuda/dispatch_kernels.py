@@ -30,7 +30,7 @@ from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda import records, sync, verify
 from ubep.backends.cuda.counting import count_role
 from ubep.backends.cuda.kernels import any_true, lane, symmetric_base
-from ubep.backends.cuda.wire import DC, SP, per_block_row, put_tile, take_tile, tile, tile_rows
+from ubep.backends.cuda.wire import DC, SP, per_block_row, put_tile, take_tiles, tile, tile_rows
 
 
 @triton.jit
@@ -108,46 +108,68 @@ def _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD: tl.const
 
 
 @triton.jit
-def _receive_rows(i, stage_local, route_local, count_local, rec_local, base_ptr, out_ptr, out_w_ptr,
+def _receive_rows(g, stage_local, route_local, count_local, rec_local, base_ptr, out_ptr, out_w_ptr,
                   rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr,
                   WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
                   K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
-                  NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
-                  SENTINEL: tl.constexpr, LIKE: tl.constexpr):
-    """Item ``i = s * T_max + t``: staged token ``t`` of source ``s`` into its receive rows."""
-    s = i // tokens_max
-    t = i % tokens_max
+                  NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr,
+                  MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr):
+    """Items ``i = g * ROWS + u`` (``u < ROWS``; item ``i = s * T_max + t``: staged token ``t`` of
+    source ``s``) into their receive rows. Adjacent tokens, which senders send at about the same
+    time, are loaded as one tile, their route entries and rows' loads in flight together."""
+    us = tl.arange(0, ROWS)
     ks = tl.arange(0, K_BLOCK)
-    kmask = ks < TOP_K
+    kmask = (ks < TOP_K)[None, :]
+    items = g * ROWS + us  # [ROWS]
+    valid = items < WORLD * tokens_max
+    s = tl.where(valid, items // tokens_max, 0)
+    t = items % tokens_max
     staged = (slot * WORLD + s) * tokens_max + t
+    pairs = items[:, None] * TOP_K + ks[None, :]  # [ROWS, K_BLOCK]
     if LIKE:
-        rows = tl.load(rows_ptr + i * TOP_K + ks, mask=kmask, other=-1)
+        rows = tl.load(rows_ptr + pairs, mask=valid[:, None] & kmask, other=-1)
     else:
-        arrived = t < tl.load(count_local + (slot * WORLD + s) * (E_LOCAL + 1) + E_LOCAL)
-        entry = route_local + (staged.to(tl.int64) * TOP_K + ks) * 4
-        here = kmask & arrived & (tl.load(entry, mask=kmask & arrived, other=0) == epoch)
-        info = tl.load(entry + 1, mask=here, other=0)
-        weights = (tl.load(entry + 2, mask=here, other=0).to(tl.int32)).to(tl.float32, bitcast=True)
-        base = tl.load(base_ptr + s * E_LOCAL + (info >> 32), mask=here, other=0)
+        # the count and all of an entry's words are loaded at once (one round trip, not three):
+        # entries past the count or of other calls are read, then dropped by their epoch word
+        count_at = count_local + (slot * WORLD + s) * (E_LOCAL + 1) + E_LOCAL
+        entry = route_local + (staged.to(tl.int64)[:, None] * TOP_K + ks[None, :]) * 4
+        asked = kmask & valid[:, None]
+        arrived = t < tl.load(count_at, mask=valid, other=0)
+        entry_epoch = tl.load(entry, mask=asked, other=0)
+        info = tl.load(entry + 1, mask=asked, other=0)
+        weights = (tl.load(entry + 2, mask=asked, other=0).to(tl.int32)).to(tl.float32, bitcast=True)
+        here = asked & arrived[:, None] & (entry_epoch == epoch)
+        base = tl.load(base_ptr + s[:, None] * E_LOCAL + (info >> 32), mask=here, other=0)
         rows = tl.where(here, base + (info & 0xFFFFFFFF), -1)
-        tl.store(rows_ptr + i * TOP_K + ks, rows, mask=kmask)
-        tl.store(pair_w_ptr + i * TOP_K + ks, tl.where(here, weights, 0.0), mask=kmask)
+        tl.store(rows_ptr + pairs, rows, mask=valid[:, None] & kmask)
+        tl.store(pair_w_ptr + pairs, tl.where(here, weights, 0.0), mask=valid[:, None] & kmask)
         tl.store(out_w_ptr + rows, weights, mask=here)
-    if any_true(rows >= 0):
-        wire = stage_local + staged.to(tl.int64) * (NB * BE)
+    needed = tl.max(rows, 1) >= 0  # [ROWS]: the token has a pair here
+    if any_true(needed):
+        # per block-row, computed from a range (not spread from `staged`): Triton then sees that
+        # rows start on 128-byte blocks, which 16-byte loads need
+        items_at = g * ROWS + tile_rows(CB, ROWS)
+        s_at = tl.where(items_at < WORLD * tokens_max, items_at // tokens_max, 0)
+        wire_at = ((slot * WORLD + s_at) * tokens_max + items_at % tokens_max).to(tl.int64) * (NB * BE)
+        live = per_block_row(needed.to(tl.int32), CB, ROWS) != 0
+        t_rows = per_block_row(t, CB, ROWS)
         deadline = sync.now_ns() + timeout_ns
-        rec = rec_local + (slot * WORLD + s) * 2  # sp: source s's fallback record
+        rec = rec_local + (slot * WORLD + s) * 2  # sp: each source's fallback record
         for c in range(0, tl.cdiv(NB, CB)):
-            values, p_off, is_payload = take_tile(wire, c, epoch, deadline, err_addr,
-                                                  sync.WAIT_TOKENS, s, t, rec, HIDDEN, BE, FE, NB,
-                                                  CB, MODE, SENTINEL)
+            values, p_off, is_payload = take_tiles(stage_local + wire_at, c, epoch, deadline,
+                                                   err_addr, sync.WAIT_TOKENS, s, t_rows, rec,
+                                                   live, HIDDEN, BE, FE, NB, CB, ROWS, MODE,
+                                                   SENTINEL)
             for k in tl.static_range(TOP_K):
-                row = lane(rows, ks, k)
-                if row >= 0:
-                    tl.store(out_ptr + row * HIDDEN + p_off, values, mask=is_payload)
+                row = per_block_row(tl.sum(tl.where(ks[None, :] == k, rows, 0), 1), CB, ROWS)
+                is_placed = is_payload & (row >= 0)
+                tl.store(out_ptr + row * HIDDEN + p_off, values, mask=is_placed)
         if MODE == SP:
-            tl.debug_barrier()  # every thread has read the row before its markers change
-            ck.reset_markers(wire, SENTINEL, NB, NB_BLOCK)
+            tl.debug_barrier()  # every thread has read the rows before their markers change
+            for u in tl.static_range(ROWS):
+                if lane(needed.to(tl.int32), us, u) != 0:
+                    wire = stage_local + lane(staged, us, u).to(tl.int64) * (NB * BE)
+                    ck.reset_markers(wire, SENTINEL, NB, NB_BLOCK)
 
 
 @triton.jit
@@ -178,10 +200,11 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
                   E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr,
                   TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
                   FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr,
-                  MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr,
-                  RECORDS: tl.constexpr, REPLICATE: tl.constexpr, VERIFY: tl.constexpr,
-                  FINAL: tl.constexpr, PROFILE: tl.constexpr):
-    """Receiver ``j`` of ``n_recv``: the row bases, then staged items ``j, j + n_recv, ..``."""
+                  RECV_ROWS: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr,
+                  LIKE: tl.constexpr, RECORDS: tl.constexpr, REPLICATE: tl.constexpr,
+                  VERIFY: tl.constexpr, FINAL: tl.constexpr, PROFILE: tl.constexpr):
+    """Receiver ``j`` of ``n_recv``: the row bases, then staged items in groups of ``RECV_ROWS``:
+    groups ``j, j + n_recv, ..``."""
     sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
     count_local = symmetric_base(count_ptrs, rank, tl.int64)
     if RECORDS:
@@ -197,13 +220,13 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
         stage_local = symmetric_base(stage_ptrs, rank, x_ptr.dtype.element_ty)
         route_local = symmetric_base(route_ptrs, rank, tl.int64)
         rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
-        i = j
-        while i < WORLD * tokens_max:
-            _receive_rows(i, stage_local, route_local, count_local, rec_local, base_ptr, out_ptr,
+        g = j
+        while g * RECV_ROWS < WORLD * tokens_max:
+            _receive_rows(g, stage_local, route_local, count_local, rec_local, base_ptr, out_ptr,
                           out_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns,
                           err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB,
-                          MODE, SENTINEL, LIKE)
-            i += n_recv
+                          RECV_ROWS, MODE, SENTINEL, LIKE)
+            g += n_recv
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
     if FINAL:
         sync.publish_ack(ack_ptrs, rank, WORLD)
@@ -218,7 +241,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
              E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, TOP_K: tl.constexpr,
              K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
              NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr,
-             E_BLOCK: tl.constexpr,
+             RECV_ROWS: tl.constexpr, E_BLOCK: tl.constexpr,
              CHUNK: tl.constexpr, J_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
              MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
              REPLICATE: tl.constexpr, VERIFY: tl.constexpr, FINAL: tl.constexpr,
@@ -230,8 +253,8 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     batch records (``records``); ``SENTINEL`` is ``sp``'s marker word. ``FINAL``: this launch ends
     the call (receivers ack, the epoch advances). ``COUNTS_FIRST`` (``tff`` only): senders start
     once this rank's record is out, so the counts lead the tokens. ``NB_BLOCK``: ``NB`` rounded up
-    to a power of two (the ``dc`` verifiers and ``sp``'s marker reset). ``ROWS``: rows a sender
-    moves per step (a power of two).
+    to a power of two (the ``dc`` verifiers and ``sp``'s marker reset). ``ROWS`` / ``RECV_ROWS``:
+    rows a sender / receiver moves per step (powers of two).
 
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
     buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
@@ -284,15 +307,15 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                               ack_ptrs, rec_ptrs, state_ptr, base_ptr, stamps_ptr, out_ptr, out_w_ptr,
                               rows_ptr, pair_w_ptr, tpe_ptr, pid, rank, slot, epoch, tokens_max,
                               capacity, timeout_ns, err_addr, n_recv, WORLD, E_LOCAL, W_BLOCK, L_BLOCK,
-                              TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, MODE, SENTINEL, LIKE,
-                              RECORDS, REPLICATE, VERIFY, FINAL, PROFILE)
+                              TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, RECV_ROWS, MODE,
+                              SENTINEL, LIKE, RECORDS, REPLICATE, VERIFY, FINAL, PROFILE)
         else:
             _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs, rec_ptrs,
                           state_ptr, base_ptr, stamps_ptr, out_ptr, out_w_ptr, rows_ptr, pair_w_ptr,
                           tpe_ptr, pid, rank, slot, epoch, tokens_max, capacity, timeout_ns, err_addr,
                           n_recv, WORLD, E_LOCAL, W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
-                          NB_BLOCK, CB, MODE, SENTINEL, LIKE, RECORDS, REPLICATE, VERIFY, FINAL,
-                          PROFILE)
+                          NB_BLOCK, CB, RECV_ROWS, MODE, SENTINEL, LIKE, RECORDS, REPLICATE, VERIFY,
+                          FINAL, PROFILE)
     if FINAL:
         grid = n_count + n_send + n_recv
         if VERIFY:

@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from ubep.backends.cuda import checksum as ck
+from ubep.backends.cuda.kernels import any_true
 from ubep.backends.cuda.sync import load_acquire, now_ns, report
 
 MODE_CODES = {"sw": 0, "tff": 1, "dc": 2, "sp": 3}
@@ -145,60 +146,82 @@ def copy_row(src_ptr, wire_ptr, epoch, row, HIDDEN: tl.constexpr, BE: tl.constex
 
 
 @triton.jit
-def _sentinel_blocks(values, SENTINEL: tl.constexpr, BITS: tl.constexpr):
-    """``sp``: how many blocks of a loaded ``[CB, BE]`` tile hold the sentinel in both marker words
-    (blocks past the row load as zeros, which never do)."""
+def _per_row(per_block_row, CB: tl.constexpr, U: tl.constexpr):
+    """``[U]``: the sums over each row's ``CB`` entries of a ``[U * CB]`` vector."""
+    return tl.sum(tl.reshape(per_block_row, (U, CB)), 1)
+
+
+@triton.jit
+def _sentinel_rows(values, SENTINEL: tl.constexpr, BITS: tl.constexpr, CB: tl.constexpr,
+                   U: tl.constexpr):
+    """``sp``: ``[U]``, how many blocks of each row of a loaded ``[U * CB, BE]`` tile hold the
+    sentinel in both marker words (blocks past the row, or of rows not loaded, load as zeros, which
+    never do)."""
     w0, w1 = ck.marker_words(values, BITS)
     s = tl.full([], SENTINEL, tl.uint32)
-    return tl.sum(((w0 == s) & (w1 == s)).to(tl.int32), 0)
+    return _per_row(((w0 == s) & (w1 == s)).to(tl.int32), CB, U)
 
 
 @triton.jit
 def take_tile(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr,
               HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
               CB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr):
-    """Chunk ``c`` of row ``row`` that has arrived or is arriving: ``(values [CB, BE], payload
-    offsets, is_payload)``; flag lanes hold flags (store ``values`` under ``is_payload``).
+    """:func:`take_tiles` of one row: ``(values [CB, BE], payload offsets, is_payload)``."""
+    return take_tiles(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr, True,
+                      HIDDEN, BE, FE, NB, CB, 1, MODE, SENTINEL)
+
+
+@triton.jit
+def take_tiles(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr, live,
+               HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
+               CB: tl.constexpr, U: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr):
+    """Chunk ``c`` of ``U`` rows that have arrived or are arriving, as one ``[U * CB, BE]``
+    :func:`tile`: ``(values, payload offsets, is_payload)``; flag lanes hold flags (store ``values``
+    under ``is_payload``). ``wire_ptr``, ``row`` (the rows' numbers in their batches) and ``live``
+    (which rows to take; the others load as zeros and are not waited for) are scalars or
+    ``[U * CB, 1]``; ``peer`` (the rows' sources, for error reports) and ``rec_ptr`` are scalars
+    or ``[U]``.
 
     ``tff``: the chunk is loaded until every block's flag *in the loaded values* holds ``epoch``, so
     each block's flag and payload come from one load instruction (16 bytes per thread, a warp per
     128-byte block; Triton lays the tile out so only when ``CB`` is at least the backend's
     ``MIN_TILE_BLOCKS``, see ``backend.row_meta``); a separate flag poll followed by a payload load
     would need an acquire between the two. ``sp``: likewise, until no block's first 8 bytes *in the
-    loaded values* are the sentinel ``SENTINEL`` twice, or the source's fallback record at
+    loaded values* are the sentinel ``SENTINEL`` twice, or the row source's fallback record at
     ``rec_ptr`` reads ``epoch`` (an acquire, then one more load). A wait past ``deadline``
-    (``%globaltimer`` ns) is reported through the host error word, naming ``peer``. ``sw``: one
-    load (the record said the rows have landed); ``dc``: the same, then the markers decoded (the
-    verify group matched the source's checksum).
+    (``%globaltimer`` ns) is reported through the host error word, naming a source still awaited.
+    ``sw``: one load (the record said the rows have landed); ``dc``: the same, then the markers
+    decoded (the verify group matched the source's checksum).
     The loads bypass L1, which may hold lines from before the peer wrote."""
-    w_off, p_off, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB, 1)
-    in_row = w_off < NB * BE
+    w_off, p_off, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB, U)
+    in_row = (w_off < NB * BE) & live
     dt: tl.constexpr = wire_ptr.dtype.element_ty
     bits: tl.constexpr = dt.primitive_bitwidth
     if FE > 0:
         want = flag_bits(epoch, BE, FE, bits).to(dt)
         values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
-        pending = tl.sum(tl.sum((is_flag & (values != want)).to(tl.int32), 1), 0) > 0
-        while pending & (now_ns() < deadline):
+        stale = _per_row(tl.sum((is_flag & in_row & (values != want)).to(tl.int32), 1), CB, U) > 0
+        while any_true(stale) & (now_ns() < deadline):
             values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
-            pending = tl.sum(tl.sum((is_flag & (values != want)).to(tl.int32), 1), 0) > 0
-        if pending:
-            report(err_addr, code, peer, epoch)
+            stale = _per_row(tl.sum((is_flag & in_row & (values != want)).to(tl.int32), 1), CB,
+                             U) > 0
+        if any_true(stale):
+            report(err_addr, code, tl.max(tl.where(stale, peer, 0), 0), epoch)
     elif MODE == SP:
         values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
-        pending = _sentinel_blocks(values, SENTINEL, bits) > 0
-        if pending:  # checked at least once more, after the record (the interpreter checks once)
+        stale = _sentinel_rows(values, SENTINEL, bits, CB, U) > 0
+        if any_true(stale):  # checked at least once more, after the record (the interpreter checks once)
             unreleased = load_acquire(rec_ptr) != epoch  # the fallback record orders the loads
             values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
-            pending = (_sentinel_blocks(values, SENTINEL, bits) > 0) & unreleased
-            while pending & (now_ns() < deadline):
+            stale = (_sentinel_rows(values, SENTINEL, bits, CB, U) > 0) & unreleased
+            while any_true(stale) & (now_ns() < deadline):
                 unreleased = load_acquire(rec_ptr) != epoch
                 values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
-                pending = (_sentinel_blocks(values, SENTINEL, bits) > 0) & unreleased
-        if pending:
-            report(err_addr, code, peer, epoch)
+                stale = (_sentinel_rows(values, SENTINEL, bits, CB, U) > 0) & unreleased
+        if any_true(stale):
+            report(err_addr, code, tl.max(tl.where(stale, peer, 0), 0), epoch)
     else:
         values = tl.load(wire_ptr + w_off, mask=in_row, other=0, cache_modifier=".cg")
         if MODE == DC:
-            values = ck.mask_tile(values, _first_word(row, c, NB, CB, 1), ck.digest(epoch), bits)
+            values = ck.mask_tile(values, _first_word(row, c, NB, CB, U), ck.digest(epoch), bits)
     return values, p_off, is_payload
