@@ -62,28 +62,40 @@ def test_emulated_sp_rows_holding_the_sentinel(case, monkeypatch):
     run_ranks(emulated_sentinel_case, 1, case, 3, timeout_s=600)
 
 
+@pytest.mark.parametrize("layout", ["compact", "padded"])
 @pytest.mark.parametrize(("sync", "num_sms"), [("tff", 3), ("sw", 24), ("sp", 132), ("dc", 5)])
-def test_sm_budget_bounds_every_launch(sync, num_sms):
-    """Every launch has at most ``num_sms`` programs (the compact layout's sizing launch adds one
-    receiver to the writers), and the count / token split is the model's for the senders left."""
+def test_sm_budget_bounds_every_launch(sync, num_sms, layout):
+    """Every launch has at most ``num_sms`` programs, and the count / token split is the model's
+    for the senders left. The compact layout gives its groups launches of their own (its writers'
+    launch also holds the one program that sums the counts for the host); the padded layout runs
+    every group in one launch, half of what the verifiers leave to the receivers."""
     from ubep.topology import flat
     from ubep.tuning import DispatchShape, best_split, h200
 
     case = Case(tokens=(64, 64), hidden=64, num_experts=256, top_k=8, sync=sync, num_sms=num_sms,
-                max_tokens=4096)
+                max_tokens=4096, layout=layout)
     backend = emulated_backends(case)[0]
-    senders = num_sms - backend.verifiers - backend.consumers
-    assert backend.consumers >= 1 and senders >= 2
+    split = layout == "compact"
+    assert backend.split_launches == split
+    assert backend.receivers == (num_sms - backend.verifiers) // (1 if split else 2)
+    senders = num_sms - 1 if split else num_sms - backend.verifiers - backend.receivers
+    assert senders >= 2
+    combine = backend._combine_workers()
+    assert combine.send == (num_sms if split else senders)
     assert backend.combine_programs() <= num_sms
     for tokens in (0, 1, 16, 128, 4096):
         workers = backend._workers(tokens)
-        assert workers.total <= num_sms and workers.count + workers.send + 1 <= num_sms
+        launches = ([workers.count + workers.send + 1, workers.recv + workers.verify] if split
+                    else [workers.total])
+        assert max(launches) <= num_sms and backend.programs(tokens) == max(launches)
+        like = backend._like_workers(tokens)
+        assert like.count == 0 and (like.send if split else like.total) <= num_sms
         shape = DispatchShape(tokens=-(-tokens // 128) * 128, experts=256, topk=8,
                               bytes_per_token=64 * 2)
-        split = best_split(shape, senders, flat(2), h200())
+        split_model = best_split(shape, senders, flat(2), h200())
         pair_steps = -(-tokens * 8 // backend.pair_chunk)  # a count program orders whole steps
-        assert workers.count == max(1, min(split.n_count, pair_steps))
-        assert workers.send == max(1, min(tokens, split.n_token))
+        assert workers.count == max(1, min(split_model.n_count, pair_steps))
+        assert workers.send == max(1, min(tokens, split_model.n_token))
 
 
 def test_two_count_programs_split_the_pairs(monkeypatch):

@@ -112,9 +112,11 @@ class Buffer:
         timeout_s: how long any collective may wait for peers before raising ``EPCommError``.
         check_inputs: also check index values (range, duplicates); costs one host sync.
         profile: record per-phase times (see :meth:`phase_times`).
-        num_sms: the cuda backend's SM budget: each launch has at most this many thread blocks, split
-            between its groups by ``ubep.tuning`` (at least 3, plus ``W`` in ``dc``); ``None``: the
-            backend's fixed group caps. Other backends ignore it.
+        num_sms: the cuda backend's SM budget: each launch has at most this many thread blocks (at
+            least 3, plus ``W`` in ``dc``); the compact layout then gives its sending and receiving
+            groups launches of their own, the padded layout shares one launch between them (the
+            count / token split from ``ubep.tuning``); ``None``: the backend's fixed group caps.
+            Other backends ignore it.
     """
 
     def __init__(

@@ -172,11 +172,20 @@ class CudaBackend(Backend):
         # split over warps that MIN_TILE_BLOCKS removes; kept until a GPU run shows one lane right.
         self.k_block = pow2_at_least(max(k, w, 2))
         self.verifiers = w if cfg.sync == "dc" else 0  # dc: one verify program per source
-        # Receiving programs of every call's final launch: a constant, so acks count calls. Under an
-        # SM budget they take half of what the verifiers leave; the senders share the rest.
+        # Under an SM budget the compact layout (prefill, training) gives its sending and receiving
+        # groups launches of their own, each with the whole budget: its dispatch synchronizes the
+        # host between them anyway, and every group then has every SM (at W = 1, 4096 tokens, 24
+        # SMs, receivers alone in their launch ended 550-900 µs in; the whole dispatch took 1450).
+        # The padded layout (decode, CUDA graphs) keeps one launch: receivers take half of what the
+        # verifiers leave, the senders share the rest.
         budget = cfg.num_sms
-        self.consumers = min(w * tm, MAX_RECV if budget is None else (budget - self.verifiers) // 2)
+        self.split_launches = budget is not None and cfg.layout == "compact"
         self.receive_items = w * tm  # (source, token) items the receivers share
+        if budget is None:
+            self.receivers = min(self.receive_items, MAX_RECV)
+        else:
+            shared = 1 if self.split_launches else 2
+            self.receivers = min(self.receive_items, (budget - self.verifiers) // shared)
         self.splits = None if budget is None else SplitCache(flat(w), h200(),
                                                              bucket_tokens=SPLIT_BUCKET_TOKENS)
         self.last_launches: dict[str, LaunchStamps] = {}  # per op, with profiling on
@@ -220,9 +229,12 @@ class CudaBackend(Backend):
             rows += launch.timeline()
         return rows
 
-    def _senders(self) -> int:
-        """Programs an SM budget leaves to a launch's sending groups."""
-        return self.config.num_sms - self.verifiers - self.consumers
+    def _senders(self, groups_with_them: int) -> int:
+        """Programs an SM budget leaves to a launch's sending groups, beside ``groups_with_them``
+        programs of other groups where the senders have a launch of their own."""
+        if self.split_launches:
+            return self.config.num_sms - groups_with_them
+        return self.config.num_sms - self.verifiers - self.receivers
 
     def _workers(self, num_tokens: int) -> Workers:
         cfg = self.config
@@ -230,26 +242,41 @@ class CudaBackend(Backend):
         if self.splits is not None:
             shape = DispatchShape(tokens=num_tokens, experts=cfg.num_experts, topk=cfg.top_k,
                                   bytes_per_token=cfg.hidden * cfg.dtype.itemsize)
-            split = self.splits.split(shape, self._senders())
+            split = self.splits.split(shape, self._senders(1))  # 1: the compact layout's sizing
             count, send = min(split.n_count, MAX_COUNT), split.n_token
         # a count program orders at least one step of pairs
         count = max(1, min(-(-num_tokens * cfg.top_k // self.pair_chunk), count))
-        return Workers(count=count, send=max(1, min(num_tokens, send)), recv=self.consumers,
+        return Workers(count=count, send=max(1, min(num_tokens, send)), recv=self.receivers,
                        verify=self.verifiers)
+
+    def _like_workers(self, num_tokens: int) -> Workers:
+        """Programs of ``dispatch_like``: the dispatch's senders and receivers, no count group."""
+        workers = replace(self._workers(num_tokens), count=0)
+        if self.split_launches:
+            workers = replace(workers, send=max(1, min(num_tokens, self._senders(0))))
+        return workers
 
     def _combine_workers(self) -> Workers:
         cfg = self.config
         send = min(cfg.world_size * cfg.max_tokens_per_rank,
-                   MAX_COMBINE_SEND if self.splits is None else self._senders())
-        return Workers(0, send, self.consumers, verify=self.verifiers)
+                   MAX_COMBINE_SEND if self.splits is None else self._senders(0))
+        return Workers(0, send, self.receivers, verify=self.verifiers)
+
+    def _widest(self, workers: Workers, writers_extra: int) -> int:
+        """Programs of the widest launch of an operation of ``workers``; ``writers_extra``: programs
+        the writers' launch holds besides them (the compact dispatch's sizing program)."""
+        if self.split_launches:
+            return max(workers.count + workers.send + writers_extra, workers.recv + workers.verify)
+        return workers.total
 
     def programs(self, num_tokens: int) -> int:
-        """Thread blocks of a dispatch of ``num_tokens`` tokens (at most that many SMs busy)."""
-        return self._workers(num_tokens).total
+        """Thread blocks of a dispatch of ``num_tokens`` tokens' widest launch (at most that many
+        SMs busy)."""
+        return self._widest(self._workers(num_tokens), 1 if self.config.layout == "compact" else 0)
 
     def combine_programs(self) -> int:
-        """Thread blocks of a combine."""
-        return self._combine_workers().total
+        """Thread blocks of a combine's widest launch."""
+        return self._widest(self._combine_workers(), 0)
 
     def _dispatch_launch(self, workers: Workers, x_bits, idx, weights, sent, out_bits, out_w, rows,
                          pair_w, tpe, *, like: bool, replicate: bool, final: bool) -> None:
@@ -265,7 +292,7 @@ class CudaBackend(Backend):
             self._stamps("dispatch", (workers.count, workers.send, workers.verify, workers.recv)), sent,
             out_bits, out_w, rows, pair_w, tpe, cfg.rank, cfg.max_tokens_per_rank, capacity,
             self.timeout_ns, self.errors.data_ptr(), workers.count, workers.send, workers.recv,
-            writers, self.consumers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
+            writers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
             W_BLOCK=self.w_block, L_BLOCK=pow2_at_least(cfg.num_local_experts), TOP_K=cfg.top_k,
             K_BLOCK=self.k_block, E_BLOCK=self.e_block, CHUNK=self.pair_chunk,
             J_BLOCK=max(1, 4096 // self.e_block), N_BLOCK=MAX_COUNT,
@@ -274,13 +301,14 @@ class CudaBackend(Backend):
             COUNTS_FIRST=cfg.sync == "tff" and not like and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,
             PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
             ROWS=step_rows(meta) if x_bits.shape[0] > workers.send > 0 else 1,
-            RECV_ROWS=step_rows(meta) if self.receive_items > self.consumers else 1, **meta)
+            RECV_ROWS=step_rows(meta) if self.receive_items > workers.recv > 0 else 1, **meta)
 
     def _combine_launches(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
                           weighted: bool, gather: bool):
-        """The combine kernel: one launch, or (``phased``) the senders, ``yield``, the reducers."""
+        """The combine kernel: one launch, or (``phased``, ``split_launches``) the senders,
+        ``yield``, the reducers."""
         workers = self._combine_workers()
-        if self.phased:
+        if self.phased or self.split_launches:
             self._combine_launch(replace(workers, recv=0, verify=0), rows_RF, routes, num_tokens,
                                  source_w, y, partial=partial, weighted=weighted, gather=gather,
                                  final=False)
@@ -300,7 +328,7 @@ class CudaBackend(Backend):
             sym["back_rec"].ptrs, self.combine_state,
             self._stamps("combine", (workers.send, workers.verify, workers.recv)), y, cfg.rank,
             cfg.max_tokens_per_rank, self.rows_max,
-            self.timeout_ns, self.errors.data_ptr(), workers.send, workers.recv, self.consumers,
+            self.timeout_ns, self.errors.data_ptr(), workers.send, workers.recv,
             WORLD=cfg.world_size, W_BLOCK=self.w_block,
             E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
@@ -377,12 +405,11 @@ class CudaBackend(Backend):
         routes, hidden = handle.routes, x_TH.shape[1]
         x_bits = x_TH.contiguous().view(self.int_view)
         out = x_TH.new_zeros(handle.num_rows, hidden)
-        workers = self._workers(handle.num_tokens)
+        workers = self._like_workers(handle.num_tokens)
         args = (x_bits, routes.idx_P, routes.weights_WMK, routes.sent_WT, out.view(self.int_view),
                 routes.weights_WMK, routes.rows_WMK, routes.weights_WMK, handle.tokens_per_expert)
         with self.timer.phase("dispatch"):
-            workers = replace(workers, count=0)
-            if self.phased:
+            if self.phased or self.split_launches:
                 self._dispatch_launch(replace(workers, recv=0, verify=0), *args, like=True,
                                       replicate=False, final=False)
                 yield

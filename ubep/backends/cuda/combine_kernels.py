@@ -220,14 +220,13 @@ def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptr
                       NB, NB_BLOCK, CB, MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER)
         t += n_recv
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
-    sync.publish_ack(ack_ptrs, rank, WORLD)
+    sync.publish_ack(state_ptr, n_recv, ack_ptrs, rank, epoch, WORLD)
 
 
-@triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "rows_max", "n_send", "n_recv",
-                              "n_consumers"])
+@triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "rows_max", "n_send", "n_recv"])
 def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens,
             back_ptrs, sig_ptrs, ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, rank, tokens_max,
-            rows_max, timeout_ns, err_addr, n_send, n_recv, n_consumers, WORLD: tl.constexpr,
+            rows_max, timeout_ns, err_addr, n_send, n_recv, WORLD: tl.constexpr,
             W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
             HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
             NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr, MODE: tl.constexpr,
@@ -254,7 +253,7 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
     if pid < n_send:
         ack_local = symmetric_base(ack_ptrs, rank, tl.int64)
-        sync.wait_acks(ack_local, epoch, n_consumers, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT,
+        sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT,
                        WORLD, W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
         acc_a = tl.zeros([W_BLOCK], dtype=tl.uint32)

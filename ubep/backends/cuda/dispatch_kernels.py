@@ -229,15 +229,15 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
             g += n_recv
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
     if FINAL:
-        sync.publish_ack(ack_ptrs, rank, WORLD)
+        sync.publish_ack(state_ptr, n_recv, ack_ptrs, rank, epoch, WORLD)
 
 
 @triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "capacity", "n_count", "n_send",
-                              "n_recv", "n_writers", "n_consumers"])
+                              "n_recv", "n_writers"])
 def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs,
              rec_ptrs, state_ptr, hist_ptr, flags_ptr, base_ptr, stamps_ptr, sent_ptr, out_ptr,
              out_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, rank, tokens_max, capacity, timeout_ns,
-             err_addr, n_count, n_send, n_recv, n_writers, n_consumers, WORLD: tl.constexpr,
+             err_addr, n_count, n_send, n_recv, n_writers, WORLD: tl.constexpr,
              E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, TOP_K: tl.constexpr,
              K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
              NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr,
@@ -272,7 +272,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
     if pid < n_count + n_send:
         ack_local = symmetric_base(ack_ptrs, rank, tl.int64)
-        sync.wait_acks(ack_local, epoch, n_consumers, timeout_ns, err_addr, sync.WAIT_DISPATCH_SLOT,
+        sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_DISPATCH_SLOT,
                        WORLD, W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
         if pid < n_count:

@@ -15,10 +15,11 @@ is visible to a reader that has seen the word through an acquire load:
   local counter; the last one publishes the record on every peer (``publish_record``). One word per
   source keeps the receivers' polls cheap; per-writer flags measured slower (each release waits for
   the program's own remote stores, and the pollers had hundreds of words to read);
-- *acks* ``ack[peer]`` (in the sender's memory): how many of the peer's consuming programs have
-  finished reading a call, over all calls; every call of a buffer set has the same number ``n`` of
-  consumers, so once ``ack[peer] >= (e - 2) * n`` the peer is done with call ``e - 2``, the last call
-  that used the slot, and a sender may write call ``e`` into it, whatever the order of calls. That is
+- *acks* ``ack[peer]`` (in the sender's memory): the last call whose slot the peer has finished
+  reading. The peer's consuming programs count themselves on a local counter, and the last one of
+  the call stores the epoch with a release (``publish_ack``), so a call may have any number of
+  consumers. Once ``ack[peer] >= e - 2`` the peer is done with call ``e - 2``, the last call that
+  used the slot, and a sender may write call ``e`` into it, whatever the order of calls. That is
   usually long true, so the check is ``W`` local loads.
 
 Every wait reads ``%globaltimer`` and gives up after ``timeout_ns``: it writes ``(phase code, peer,
@@ -34,7 +35,7 @@ import triton.language as tl
 from ubep.backends.cuda.kernels import INTERPRETED, symmetric_base
 
 MAX_PROGRAMS = 1024  # epoch words per buffer set: the largest grid of one launch
-STATE_WORDS = MAX_PROGRAMS + 1  # the epoch words, then the writers' counter
+STATE_WORDS = MAX_PROGRAMS + 2  # the epoch words, then the writers' and the consumers' counters
 
 PHASES = {
     1: "dispatch: wait for counts and routes",
@@ -131,11 +132,11 @@ def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, co
 
 
 @triton.jit
-def wait_acks(ack_local, epoch, n_consumers, timeout_ns, err_addr, code, WORLD: tl.constexpr,
+def wait_acks(ack_local, epoch, timeout_ns, err_addr, code, WORLD: tl.constexpr,
               W_BLOCK: tl.constexpr):
     """Wait until every peer has finished reading call ``epoch - 2`` (this rank's ``ack [W]``)."""
-    wait_words(ack_local, 1, 1, (epoch - 2) * n_consumers, timeout_ns, err_addr, code, epoch, WORLD,
-               W_BLOCK, 1, True)
+    wait_words(ack_local, 1, 1, epoch - 2, timeout_ns, err_addr, code, epoch, WORLD, W_BLOCK, 1,
+               True)
 
 
 @triton.jit
@@ -164,9 +165,14 @@ def publish_record(state_ptr, num_writers, sig_ptrs, slot, rank, epoch, WORLD: t
 
 
 @triton.jit
-def publish_ack(ack_ptrs, rank, WORLD: tl.constexpr):
-    """A consuming program has finished reading its call: count it in ``ack[rank]`` on every peer."""
+def publish_ack(state_ptr, num_consumers, ack_ptrs, rank, epoch, WORLD: tl.constexpr):
+    """A consuming program has finished reading call ``epoch``; the last of ``num_consumers``
+    (counted in ``state[MAX_PROGRAMS + 1]``, GPU scope as in :func:`publish_record`) resets the
+    count and stores the epoch in ``ack[rank]`` on every peer."""
+    counter_ptr = state_ptr + _MAX_PROGRAMS + 1
     tl.debug_barrier()  # the program's loads of the slot precede the releases below
-    for peer in tl.static_range(WORLD):
-        ack = symmetric_base(ack_ptrs, peer, tl.int64)
-        tl.atomic_add(ack + rank, 1, sem="release", scope="sys")
+    if tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu") == num_consumers - 1:
+        tl.store(counter_ptr, 0)
+        for peer in tl.static_range(WORLD):
+            ack = symmetric_base(ack_ptrs, peer, tl.int64)
+            tl.atomic_xchg(ack + rank, epoch, sem="release", scope="sys")
