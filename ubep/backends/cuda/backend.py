@@ -38,8 +38,8 @@ INT_VIEW = {2: torch.int16, 4: torch.int32}  # rows move as integers of their el
 # steps (a 7168-element bf16 row in one step): faster at 4096 tokens, slower at 128 (BENCHMARKS.md,
 # "Row steps").
 CHUNK_BYTES, LARGE_CHUNK_BYTES, LARGE_CHUNK_TOKENS = 8192, 16384, 1024
-# Bytes of rows a program with several loads per step, as one tile (senders; receivers with several
-# items): one program copied 24-27 GB/s one 14 KiB row at a time and 43-47 GB/s with two to four rows
+# Bytes of rows that a program with several to move loads per step, as one tile (senders, receivers):
+# one program copied 24-27 GB/s one 14 KiB row at a time and 43-47 GB/s with two to four rows
 # in flight on an H200 (benchmarks/probe_copy_rate.py); more spilled registers. Only where a program
 # has more than one row: with one, the wider tile only cost time (128-token tff graph replay
 # 25.5 -> 29.5 µs at W = 1).
@@ -81,8 +81,8 @@ def _row_meta(sync_mode: str, hidden: int, elem_bytes: int, large: bool) -> dict
 
 
 def step_rows(meta: dict) -> int:
-    """Rows a program with several moves per step (senders' ``ROWS``, receivers' ``RECV_ROWS``), for
-    the :func:`row_meta` geometry ``meta``."""
+    """Rows per step of a program that has several to move (senders' ``ROWS``, receivers'
+    ``RECV_ROWS``), for the :func:`row_meta` geometry ``meta``."""
     return max(1, SEND_TILE_BYTES // (meta["CB"] * wire.BLOCK_BYTES))
 
 
@@ -174,8 +174,8 @@ class CudaBackend(Backend):
         self.verifiers = w if cfg.sync == "dc" else 0  # dc: one verify program per source
         # Under an SM budget the compact layout (prefill, training) gives its sending and receiving
         # groups launches of their own, each with the whole budget: its dispatch synchronizes the
-        # host between them anyway, and every group then has every SM (at W = 1, 4096 tokens, 24
-        # SMs, receivers alone in their launch ended 550-900 µs in; the whole dispatch took 1450).
+        # host between them anyway, and every group then has every SM (W = 1, 4096 tokens, 24 SMs:
+        # dispatch 861-887 against 1502-1677 µs in sw, combine 1.3-1.9x faster; BENCHMARKS.md).
         # The padded layout (decode, CUDA graphs) keeps one launch: receivers take half of what the
         # verifiers leave, the senders share the rest.
         budget = cfg.num_sms
