@@ -54,10 +54,6 @@ MIN_TILE_BLOCKS = NUM_WARPS * 32 * 16 // wire.BLOCK_BYTES
 # Programs per group: lower ids are scheduled first and never wait on higher ones, so a grid larger
 # than the GPU holds at once still completes.
 MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
-# Blocks per step of the expert_rank senders' sums (8 KiB rows): a token's K rows then load at once
-# without branches and sum from registers (24-SM graph replays 27-36 % faster than one row after
-# another; 16 KiB steps that way were 50 % slower in tff at 4096 tokens, BENCHMARKS.md).
-SUM_STEP_BLOCKS = 64
 # Combine senders move up to K rows per item, one tile after another; more of them hide latency.
 MAX_COMBINE_SEND = 512
 # With an SM budget the count / token split is re-tuned once per bucket of this many tokens.
@@ -88,12 +84,6 @@ def step_rows(meta: dict) -> int:
     """Rows per step of a program that has several to move (senders' ``ROWS``, receivers'
     ``RECV_ROWS``), for the :func:`row_meta` geometry ``meta``."""
     return max(1, SEND_TILE_BYTES // (meta["CB"] * wire.BLOCK_BYTES))
-
-
-def reduce_step_blocks(meta: dict, rows: int) -> int:
-    """Blocks of each of a token's ``rows`` rows a combine reducer takes per step (``RCB``): all of
-    them as one tile of at most ``SEND_TILE_BYTES``, but never fewer than ``MIN_TILE_BLOCKS``."""
-    return max(MIN_TILE_BLOCKS, min(meta["CB"], SEND_TILE_BYTES // (rows * wire.BLOCK_BYTES)))
 
 
 def pow2_at_least(n: int) -> int:
@@ -332,8 +322,6 @@ class CudaBackend(Backend):
         cfg, sym = self.config, self.sym
         bits = rows_RF.view(INT_VIEW[rows_RF.element_size()])
         meta = row_meta(cfg.sync, rows_RF.shape[1], rows_RF.element_size(), num_tokens)
-        # a token's rows for its reducer: W partial sums or K pair rows (at least 2 lanes, k_block)
-        r_block = pow2_at_least(max(cfg.world_size if partial else cfg.top_k, 2))
         self.launch_combine(
             workers.total, rows_RF, bits, routes.rows_WMK, routes.weights_WMK, routes.idx_P, source_w,
             routes.sent_WT, num_tokens, sym["back"].ptrs, sym["back_sig"].ptrs, sym["back_ack"].ptrs,
@@ -346,9 +334,7 @@ class CudaBackend(Backend):
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=workers.verify > 0,
             FINAL=final, PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            ROWS=min(self.k_block, step_rows(meta)), SUM_CB=min(meta["CB"], SUM_STEP_BLOCKS),
-            R_BLOCK=r_block,
-            RCB=reduce_step_blocks(meta, r_block), **meta)
+            ROWS=min(self.k_block, step_rows(meta)), **meta)
 
     # -- dispatch ---------------------------------------------------------------------------------
     # Each operation is a generator of launches. On a GPU they run back to back (`_finish`), the

@@ -25,18 +25,11 @@ import triton.language as tl
 from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda import records, sync, verify
 from ubep.backends.cuda.kernels import INTERPRETED, any_true, lane, symmetric_base
-from ubep.backends.cuda.wire import (
-    DC,
-    SP,
-    SW,
-    TFF,
-    per_block_row,
-    put_tile,
-    take_tiles,
-    taken_tile,
-    tile,
-    tile_rows,
-)
+from ubep.backends.cuda.wire import DC, SP, SW, per_block_row, put_tile, take_tile, tile, tile_rows
+
+# Row tiles of at most this many 128-byte blocks (8 KiB) sum a token's pairs from masked loads
+# without branches.
+BRANCHLESS_BLOCKS = tl.constexpr(64)
 
 
 @triton.jit
@@ -62,8 +55,8 @@ def _add(a, b):
 def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, slot, epoch,
                tokens_max, rows_max, acc_a, acc_b, acc_n, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
                HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-               CB: tl.constexpr, ROWS: tl.constexpr, SUM_CB: tl.constexpr, MODE: tl.constexpr,
-               SENTINEL: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr):
+               CB: tl.constexpr, ROWS: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr,
+               PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr):
     """Item ``i = s * T_max + t``: the outputs of source ``s``'s token ``t`` go home, as rows
     ``rank * T_max + t`` (``PARTIAL``) or ``t * K + k`` of its back buffer; returns the
     per-destination record sums ``acc_*`` (``[W_BLOCK]``) with this item's share added (dc, sp)."""
@@ -81,20 +74,28 @@ def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, 
             wire = back + home.to(tl.int64) * (NB * BE)
             lane_a = tl.zeros([], dtype=tl.uint32)
             lane_b = tl.zeros([], dtype=tl.uint32)
-            for c in range(0, tl.cdiv(NB, SUM_CB)):
-                _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, SUM_CB, 1)
+            for c in range(0, tl.cdiv(NB, CB)):
+                _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB, 1)
                 acc = tl.zeros(p_off.shape, dtype=tl.float32)
                 for k in tl.static_range(TOP_K):
-                    # Masked loads, no branch per pair: the token's rows load in one run of code, so
-                    # the compiler issues them before the sums need them.
                     row = lane(rows, ks, k)
-                    o = tl.load(out_ptr + tl.maximum(row, 0) * HIDDEN + p_off,
-                                mask=is_payload & (row >= 0), other=0.0).to(tl.float32)
-                    if WEIGHTED:
-                        o = _mul(o, lane(weights, ks, k))
-                    acc = tl.where(row >= 0, _add(acc, o), acc)  # a missing pair: acc as is
+                    if CB <= BRANCHLESS_BLOCKS:
+                        # Masked loads, no branch per pair: the token's rows load in one run of
+                        # code, so the compiler issues them before the sums need them (24-SM
+                        # graph replays 27-36 % faster at 8 KiB tiles; 16 KiB ones got slower).
+                        o = tl.load(out_ptr + tl.maximum(row, 0) * HIDDEN + p_off,
+                                    mask=is_payload & (row >= 0), other=0.0).to(tl.float32)
+                        if WEIGHTED:
+                            o = _mul(o, lane(weights, ks, k))
+                        acc = tl.where(row >= 0, _add(acc, o), acc)  # a missing pair: acc as is
+                    elif row >= 0:
+                        o = tl.load(out_ptr + row * HIDDEN + p_off, mask=is_payload, other=0.0)
+                        o = o.to(tl.float32)
+                        if WEIGHTED:
+                            o = _mul(o, lane(weights, ks, k))
+                        acc = _add(acc, o)
                 bits = acc.to(out_ptr.dtype.element_ty).to(out_bits_ptr.dtype.element_ty, bitcast=True)
-                a, b = put_tile(wire, bits, c, epoch, home, True, HIDDEN, BE, FE, NB, SUM_CB, 1, MODE,
+                a, b = put_tile(wire, bits, c, epoch, home, True, HIDDEN, BE, FE, NB, CB, 1, MODE,
                                 SENTINEL)
                 lane_a += a
                 lane_b += b
@@ -125,57 +126,46 @@ def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, 
 @triton.jit
 def _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slot, epoch, tokens_max,
                   timeout_ns, err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
-                  TOP_K: tl.constexpr, R_BLOCK: tl.constexpr, HIDDEN: tl.constexpr,
-                  BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
-                  CB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr,
-                  PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr, GATHER: tl.constexpr):
-    """Token ``t``'s rows (``R_BLOCK >= `` its ``W`` or ``K`` rows), waited for and summed (or
-    gathered) into ``y``, chunk by chunk: in ``tff`` / ``sp`` the chunk of every row is first
-    taken as one tile (all rows' loads in flight, each row checked), then every row's chunk is
-    loaded again without a wait, in one run of code (no branch per row), so that those loads too
-    are in flight together, and summed in ascending order. A row waited for before the next one was
-    loaded cost one load latency per row."""
-    ks = tl.arange(0, R_BLOCK)
+                  TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
+                  FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr,
+                  MODE: tl.constexpr, SENTINEL: tl.constexpr, PARTIAL: tl.constexpr,
+                  WEIGHTED: tl.constexpr, GATHER: tl.constexpr):
+    """Token ``t``'s rows, waited for and summed (or gathered) into ``y``."""
+    ks = tl.arange(0, K_BLOCK)
     row_elems: tl.constexpr = NB * BE
     dt: tl.constexpr = y_ptr.dtype.element_ty
     if PARTIAL:
         num: tl.constexpr = WORLD
         valid = tl.load(sent_ptr + ks * tokens_max + t, mask=ks < WORLD, other=0) != 0
         slots = ks * tokens_max + t
-        peers = tl.where(valid, ks, 0)
-        # per block-row, from a range: Triton then sees that rows start on 128-byte blocks
-        slot_at = tile_rows(CB, R_BLOCK) * tokens_max + t
+        peers = ks
     else:
         num: tl.constexpr = TOP_K
         ids = tl.load(idx_ptr + t * TOP_K + ks, mask=ks < TOP_K, other=-1)
         valid = ids >= 0
         slots = t * TOP_K + ks
-        peers = tl.where(valid, ids // E_LOCAL, 0)
+        peers = ids // E_LOCAL
         weights = tl.load(w_ptr + t * TOP_K + ks, mask=valid, other=0.0)
-        slot_at = t * TOP_K + tile_rows(CB, R_BLOCK)
-    live_at = per_block_row(valid.to(tl.int32), CB, R_BLOCK) != 0
     deadline = sync.now_ns() + timeout_ns
     for c in range(0, tl.cdiv(NB, CB)):
-        if (MODE == TFF) | (MODE == SP):  # tff, sp: wait for the chunk of every row at once
-            take_tiles(back_local + slot_at.to(tl.int64) * row_elems, c, epoch, deadline, err_addr,
-                       sync.WAIT_ROWS, peers, slot_at, rec_local + (slot * WORLD + peers) * 2,
-                       live_at, HIDDEN, BE, FE, NB, CB, R_BLOCK, MODE, SENTINEL)
         _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB, 1)
         acc = tl.zeros(p_off.shape, dtype=tl.float32)
         for j in tl.static_range(num):
-            row = lane(slots, ks, j)
-            here = lane(valid.to(tl.int32), ks, j) != 0
-            bits = taken_tile(back_local + row.to(tl.int64) * row_elems, c, epoch, row, here, HIDDEN,
-                              BE, FE, NB, CB, MODE)
-            o = bits.to(dt, bitcast=True)
-            if GATHER:
-                tl.store(y_ptr + (t * TOP_K + j).to(tl.int64) * HIDDEN + p_off, o,
-                         mask=is_payload & here)
-            else:
-                o = o.to(tl.float32)
-                if WEIGHTED:
-                    o = _mul(o, lane(weights, ks, j))
-                acc = tl.where(here, _add(acc, o), acc)  # a missing row: acc as is
+            if lane(valid.to(tl.int32), ks, j) != 0:
+                row = lane(slots, ks, j)
+                peer = lane(peers, ks, j)
+                bits, _, _ = take_tile(back_local + row.to(tl.int64) * row_elems, c, epoch, deadline,
+                                       err_addr, sync.WAIT_ROWS, peer, row,
+                                       rec_local + (slot * WORLD + peer) * 2, HIDDEN, BE, FE, NB, CB,
+                                       MODE, SENTINEL)
+                o = bits.to(dt, bitcast=True)
+                if GATHER:
+                    tl.store(y_ptr + (t * TOP_K + j).to(tl.int64) * HIDDEN + p_off, o, mask=is_payload)
+                else:
+                    o = o.to(tl.float32)
+                    if WEIGHTED:
+                        o = _mul(o, lane(weights, ks, j))
+                    acc = _add(acc, o)
         if not GATHER:
             tl.store(y_ptr + t.to(tl.int64) * HIDDEN + p_off, acc.to(dt), mask=is_payload)
     if MODE == SP:
@@ -207,13 +197,12 @@ def _verify_role(p, out_bits_ptr, idx_ptr, sent_ptr, num_tokens, back_ptrs, rec_
 def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs, sig_ptrs, ack_ptrs,
                  rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch, tokens_max, rows_max,
                  timeout_ns, err_addr, n_recv, WORLD: tl.constexpr, W_BLOCK: tl.constexpr,
-                 E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, R_BLOCK: tl.constexpr,
+                 E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
                  HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-                 NB_BLOCK: tl.constexpr, RCB: tl.constexpr, MODE: tl.constexpr,
+                 NB_BLOCK: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
                  SENTINEL: tl.constexpr, PARTIAL: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
                  GATHER: tl.constexpr, VERIFY: tl.constexpr, PROFILE: tl.constexpr):
-    """Reducer ``j`` of ``n_recv``: tokens ``j, j + n_recv, ..``, ``R_BLOCK`` rows each at most, in
-    chunks of ``RCB`` blocks."""
+    """Reducer ``j`` of ``n_recv``: tokens ``j, j + n_recv, ..``."""
     if MODE == SW:
         sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
         sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, WORLD,
@@ -227,8 +216,8 @@ def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptr
     t = j
     while t < num_tokens:
         _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slot, epoch,
-                      tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, R_BLOCK, HIDDEN, BE, FE,
-                      NB, NB_BLOCK, RCB, MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER)
+                      tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE,
+                      NB, NB_BLOCK, CB, MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER)
         t += n_recv
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
     sync.publish_ack(state_ptr, n_recv, ack_ptrs, rank, epoch, WORLD)
@@ -240,17 +229,14 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
             rows_max, timeout_ns, err_addr, n_send, n_recv, WORLD: tl.constexpr,
             W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
             HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-            NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr, SUM_CB: tl.constexpr,
-            R_BLOCK: tl.constexpr, RCB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr,
-            PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
+            NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr, MODE: tl.constexpr,
+            SENTINEL: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
             GATHER: tl.constexpr, VERIFY: tl.constexpr, FINAL: tl.constexpr,
             PROFILE: tl.constexpr):
     """One combine (see the module doc): programs ``[0, n_send)`` send, then (``VERIFY``, ``dc``
     only) ``W`` verify, then ``n_recv`` reduce; ``FINAL``: this launch ends the call (a combine may
     run as a send launch, then a reduce launch). ``ROWS``: pairs' rows a ``reduce="source"`` sender
-    moves per step (a power of two, at most ``K_BLOCK``); ``SUM_CB``: blocks per step of a
-    ``reduce="expert_rank"`` sender's sums. ``R_BLOCK``: a token's rows a reducer
-    takes at once (``>= W`` with ``PARTIAL``, else ``>= K``), in chunks of ``RCB`` blocks.
+    moves per step (a power of two, at most ``K_BLOCK``).
 
     Expert side: ``out [rows, H]`` (and the same memory as integers, ``out_bits``), the dispatch's
     ``rows`` / ``pair_w [W, T_max, K]``. Source side: ``idx`` / ``w [T * K]``, ``sent [W, T_max]``,
@@ -278,7 +264,7 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
             acc_a, acc_b, acc_n = _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs,
                                              rank, slot, epoch, tokens_max, rows_max, acc_a, acc_b,
                                              acc_n, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, CB, ROWS,
-                                             SUM_CB, MODE, SENTINEL, PARTIAL, WEIGHTED)
+                                             MODE, SENTINEL, PARTIAL, WEIGHTED)
             i += n_send
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         if MODE == SW:
@@ -298,13 +284,13 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
                 _reduce_role(j - WORLD, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs,
                              sig_ptrs, ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank,
                              slot, epoch, tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD,
-                             W_BLOCK, E_LOCAL, TOP_K, R_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, RCB,
-                             MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER, VERIFY, PROFILE)
+                             W_BLOCK, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, MODE,
+                             SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER, VERIFY, PROFILE)
         else:
             _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs, sig_ptrs,
                          ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch,
                          tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD, W_BLOCK, E_LOCAL,
-                         TOP_K, R_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, RCB, MODE, SENTINEL, PARTIAL,
+                         TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, MODE, SENTINEL, PARTIAL,
                          SUM_WEIGHTED, GATHER, VERIFY, PROFILE)
     if FINAL:
         grid = n_send + n_recv

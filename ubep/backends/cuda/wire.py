@@ -221,33 +221,7 @@ def take_tiles(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr,
         if any_true(stale):
             report(err_addr, code, tl.max(tl.where(stale, peer, 0), 0), epoch)
     else:
-        values = _landed(wire_ptr + w_off, in_row, c, epoch, row, NB, CB, U, MODE)
+        values = tl.load(wire_ptr + w_off, mask=in_row, other=0, cache_modifier=".cg")
+        if MODE == DC:
+            values = ck.mask_tile(values, _first_word(row, c, NB, CB, U), ck.digest(epoch), bits)
     return values, p_off, is_payload
-
-
-@triton.jit
-def taken_tile(wire_ptr, c, epoch, row, live, HIDDEN: tl.constexpr, BE: tl.constexpr,
-               FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr):
-    """Chunk ``c`` of one row known to have arrived (``sw``, ``dc``: the record or the verifiers
-    said so; ``tff``, ``sp``: :func:`take_tiles` has seen it whole), loaded without a wait, only
-    where ``live``: ``[CB, BE]`` values (store them under ``is_payload`` of :func:`tile`). ``tff``
-    and ``sp`` load it as :func:`take_tiles` did (volatile: relaxed at system scope, so by coherence
-    no older than what it saw), the others as that does for them."""
-    w_off, _, _, _ = tile(c, HIDDEN, BE, FE, NB, CB, 1)
-    in_row = (w_off < NB * BE) & live
-    if (MODE == TFF) | (MODE == SP):
-        return tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
-    else:
-        return _landed(wire_ptr + w_off, in_row, c, epoch, row, NB, CB, 1, MODE)
-
-
-@triton.jit
-def _landed(ptrs, mask, c, epoch, row, NB: tl.constexpr, CB: tl.constexpr, U: tl.constexpr,
-            MODE: tl.constexpr):
-    """``sw`` / ``dc``: chunk ``c`` of ``U`` rows that have landed, at ``ptrs`` (bypassing L1, which
-    may hold lines from before the peer wrote); ``dc``: its markers decoded."""
-    values = tl.load(ptrs, mask=mask, other=0, cache_modifier=".cg")
-    if MODE == DC:
-        bits: tl.constexpr = ptrs.dtype.element_ty.primitive_bitwidth
-        values = ck.mask_tile(values, _first_word(row, c, NB, CB, U), ck.digest(epoch), bits)
-    return values
