@@ -192,3 +192,32 @@ def emulated_sentinel_case(_rank: int, _world: int, case: Case, calls: int) -> N
             check_bits(f"call {call}: rank {rank} dispatch_like", rows, want_rows)
         _check_idle(backends, f"call {call}: dispatch_like")
     _check_no_timeout(backends)
+
+
+def emulated_receivers_change_case(_rank: int, _world: int, case: Case, receivers: list[int]) -> None:
+    """One dispatch and one combine per entry of ``receivers``, each call with that many receiving
+    programs on every rank (acks count calls, so a slot is freed whatever the number of programs
+    that read it): every result equal to the oracle, no wait timed out."""
+    backends = emulated_backends(case)
+    world, cfg = len(backends), backends[0].config
+    xs, idxs, ws = (list(v) for v in zip(*[case_inputs(case, s) for s in range(world)], strict=True))
+    outs = oracle.expert_outputs(idxs, lambda s, t, k, e: xs[s][t])
+    for call, n in enumerate(receivers):
+        for backend in backends:
+            backend.receivers = n
+        dispatched = lockstep([b.dispatch_steps(x, i, w)
+                               for b, x, i, w in zip(backends, xs, idxs, ws, strict=True)])
+        for rank, (recv_x, _, handle) in enumerate(dispatched):
+            want_x, want_tpe, _ = oracle.dispatch(xs, idxs, ws, rank, world, cfg.num_experts)
+            if cfg.layout == "padded":
+                want_x = oracle.to_padded(want_x, want_tpe, cfg.expert_capacity)
+                recv_x = _zero_padding(recv_x, handle.tokens_per_expert)
+            _check_equal(f"call {call} ({n} receivers): rank {rank} recv_x", recv_x, want_x)
+        ys = lockstep([b.combine_steps(recv_x, h, "source", False)
+                       for b, (recv_x, _, h) in zip(backends, dispatched, strict=True)])
+        for rank, y in enumerate(ys):
+            want = oracle.combine(outs, idxs, ws, rank, world, cfg.num_experts, "source", False,
+                                  cfg.hidden, cfg.dtype)
+            _check_equal(f"call {call} ({n} receivers): rank {rank} combine", y, want)
+        _check_idle(backends, f"call {call}")
+    _check_no_timeout(backends)

@@ -10,7 +10,12 @@ import os
 
 import pytest
 
-from tests.cuda_emulation import emulated_backends, emulated_case, emulated_sentinel_case
+from tests.cuda_emulation import (
+    emulated_backends,
+    emulated_case,
+    emulated_receivers_change_case,
+    emulated_sentinel_case,
+)
 from tests.workers import Case
 from ubep.launch import run_ranks
 
@@ -60,6 +65,16 @@ def test_emulated_ranks_match_oracle(case, monkeypatch):
 def test_emulated_sp_rows_holding_the_sentinel(case, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     run_ranks(emulated_sentinel_case, 1, case, 3, timeout_s=600)
+
+
+@pytest.mark.parametrize("sync", ["tff", "sp"])
+def test_emulated_receivers_may_change_between_calls(sync, monkeypatch):
+    """Six calls of each buffer set, reusing each slot three times, with 1, 3, 2, 5, 1, 4 receiving
+    programs: a slot is freed once its call has been read, however many programs read it."""
+    case = Case(tokens=(6, 0, 5), hidden=24, num_experts=6, top_k=2, dtype="fp32", sync=sync,
+                seed=8)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    run_ranks(emulated_receivers_change_case, 1, case, [1, 3, 2, 5, 1, 4], timeout_s=600)
 
 
 @pytest.mark.parametrize("layout", ["compact", "padded"])
