@@ -127,6 +127,7 @@ def dirty_window_worker(rank: int, world_size: int, sync: str) -> dict:
             runs[-1][1] += 1
         else:
             runs.append([kind, 1])
+    dist.barrier()  # no die sends into a window before every die has read its own
     case = Case(tokens=tuple(range(world_size)), hidden=40, num_experts=4, top_k=2, max_tokens=4, seed=3)
     res, inputs = checked_dispatch(buf, case, rank, world_size, "after the preparation")
     checked_combine(buf, case, res, inputs, rank, world_size, "source", "after the preparation")
