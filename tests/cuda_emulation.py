@@ -100,6 +100,17 @@ def _check_idle(backends: list, after: str) -> None:
                 raise AssertionError(f"rank {rank} {name}: markers not reset after {after}")
 
 
+def _check_received(dispatched: list, xs, idxs, ws, cfg, label: str, check) -> None:
+    """Each rank's received rows of ``dispatched`` against the oracle's, padding rows zeroed, by
+    ``check(what, got, want)``."""
+    for rank, (recv_x, _, handle) in enumerate(dispatched):
+        want_x, want_tpe, _ = oracle.dispatch(xs, idxs, ws, rank, len(dispatched), cfg.num_experts)
+        if cfg.layout == "padded":
+            want_x = oracle.to_padded(want_x, want_tpe, cfg.expert_capacity)
+            recv_x = _zero_padding(recv_x, handle.tokens_per_expert)
+        check(f"{label}: rank {rank} recv_x", recv_x, want_x)
+
+
 def _check_no_timeout(backends: list) -> None:
     for rank, backend in enumerate(backends):
         assert backend.errors.tolist() == [0, 0, 0], f"rank {rank} timed out: {backend.errors}"
@@ -166,12 +177,7 @@ def emulated_sentinel_case(_rank: int, _world: int, case: Case, calls: int) -> N
             xs = [with_sentinel(x) for x in xs]
         dispatched = lockstep([b.dispatch_steps(x, i, w)
                                for b, x, i, w in zip(backends, xs, idxs, ws, strict=True)])
-        for rank, (recv_x, _, handle) in enumerate(dispatched):
-            want_x, want_tpe, _ = oracle.dispatch(xs, idxs, ws, rank, world, cfg.num_experts)
-            if cfg.layout == "padded":
-                want_x = oracle.to_padded(want_x, want_tpe, cfg.expert_capacity)
-                recv_x = _zero_padding(recv_x, handle.tokens_per_expert)
-            check_bits(f"call {call}: rank {rank} recv_x", recv_x, want_x)
+        _check_received(dispatched, xs, idxs, ws, cfg, f"call {call}", check_bits)
         _check_idle(backends, f"call {call}: dispatch")
         handles = [h for _, _, h in dispatched]
         outs = oracle.expert_outputs(idxs, lambda s, t, k, e, xs=xs: xs[s][t])
@@ -207,12 +213,7 @@ def emulated_receivers_change_case(_rank: int, _world: int, case: Case, receiver
             backend.receivers = n
         dispatched = lockstep([b.dispatch_steps(x, i, w)
                                for b, x, i, w in zip(backends, xs, idxs, ws, strict=True)])
-        for rank, (recv_x, _, handle) in enumerate(dispatched):
-            want_x, want_tpe, _ = oracle.dispatch(xs, idxs, ws, rank, world, cfg.num_experts)
-            if cfg.layout == "padded":
-                want_x = oracle.to_padded(want_x, want_tpe, cfg.expert_capacity)
-                recv_x = _zero_padding(recv_x, handle.tokens_per_expert)
-            _check_equal(f"call {call} ({n} receivers): rank {rank} recv_x", recv_x, want_x)
+        _check_received(dispatched, xs, idxs, ws, cfg, f"call {call} ({n} receivers)", _check_equal)
         ys = lockstep([b.combine_steps(recv_x, h, "source", False)
                        for b, (recv_x, _, h) in zip(backends, dispatched, strict=True)])
         for rank, y in enumerate(ys):
