@@ -15,7 +15,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from ubep.backends.cuda import checksum, wire  # noqa: E402
 from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
-from ubep.backends.cuda.backend import NUM_WARPS, row_meta, step_rows  # noqa: E402
+from ubep.backends.cuda.backend import NUM_WARPS, reduce_step_blocks, row_meta, step_rows  # noqa: E402
 
 MODES = list(wire.MODE_CODES)
 
@@ -91,7 +91,8 @@ def test_combine_compiles(mode, partial, gather):
                  **_mode(mode, torch.bfloat16),
                  "PARTIAL": partial, "WEIGHTED": partial, "SUM_WEIGHTED": not partial and not gather,
                  "GATHER": gather, "VERIFY": mode == "dc", "FINAL": not gather, "PROFILE": partial,
-                 **rows, "ROWS": min(8, step_rows(rows))}
+                 **rows, "ROWS": min(8, step_rows(rows)), "R_BLOCK": 8,
+                 "RCB": reduce_step_blocks(rows, 8)}
     ops = _compile(ck.combine, pointers, constants)
     if not gather:
         _assert_rows_move_in_16_bytes(ops)
@@ -120,7 +121,7 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
     row tile must give each block to 8 lanes of one warp, 16 bytes each. Checked at small rows too,
     where a tile of fewer blocks was spread over the warps, each block's halves in two warps (read
     stale on an H200); and at the large calls' 16 KiB steps; and in the senders' tiles of several
-    rows (senders' and receivers')."""
+    rows (senders' and receivers') and the combine reducers' tiles of a token's rows."""
     rows = row_meta(mode, hidden, elem_bytes, tokens)
     int_type, float_type = {2: ("*i16", "*bf16"), 4: ("*i32", "*fp32")}[elem_bytes]
     dispatch = {"WORLD": 2, "E_LOCAL": 4, "W_BLOCK": 2, "L_BLOCK": 4, "TOP_K": 2, "K_BLOCK": 2,
@@ -131,21 +132,24 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
     combine = {"WORLD": 1, "W_BLOCK": 1, "E_LOCAL": 8, "TOP_K": 1, "K_BLOCK": 2,
                **_mode(mode, torch.bfloat16), "PARTIAL": False, "WEIGHTED": False,
                "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": False, "FINAL": True,
-               "PROFILE": False, **rows, "ROWS": min(2, step_rows(rows))}
+               "PROFILE": False, **rows, "ROWS": min(2, step_rows(rows)), "R_BLOCK": 8,
+               "RCB": reduce_step_blocks(rows, 8)}
     dispatch_pointers = dict(POINTERS["dispatch"], x_ptr=int_type, out_ptr=int_type)
     several = step_rows(rows)
-    builds = [(dk.dispatch, dispatch_pointers, dict(dispatch, ROWS=several, RECV_ROWS=1)),
-              (dk.dispatch, dispatch_pointers, dict(dispatch, ROWS=1, RECV_ROWS=several)),
+    cb, rcb = rows["CB"], combine["RCB"]
+    # each build, with the block-rows of the row tiles it must hold: one row's and several rows'
+    builds = [(dk.dispatch, dispatch_pointers, dict(dispatch, ROWS=several, RECV_ROWS=1),
+               {cb, several * cb}),
+              (dk.dispatch, dispatch_pointers, dict(dispatch, ROWS=1, RECV_ROWS=several),
+               {cb, several * cb}),
               (ck.combine, dict(POINTERS["combine"], out_ptr=float_type, out_bits_ptr=int_type,
-                                y_ptr=float_type), combine)]
-    for fn, pointers, constants in builds:
+                                y_ptr=float_type), combine, {combine["ROWS"] * cb, 8 * rcb})]
+    for fn, pointers, constants, tile_heights in builds:
         ttgir = _build(fn, pointers, constants).asm["ttgir"]
-        layouts = _tile_layouts(ttgir, f"{rows['CB']}x{rows['BE']}")
-        assert layouts, f"{fn.__name__}: no row tile access found"
-        per_step = max(constants["ROWS"], constants.get("RECV_ROWS", 1))
-        if per_step > 1:  # the tiles of several rows
-            tiles = _tile_layouts(ttgir, f"{per_step * rows['CB']}x{rows['BE']}")
-            assert tiles, f"{fn.__name__}: no tile of several rows found"
+        layouts = []
+        for height in tile_heights:
+            tiles = _tile_layouts(ttgir, f"{height}x{rows['BE']}")
+            assert tiles, f"{fn.__name__}: no row tile of {height} blocks found"
             layouts += tiles
         lanes_per_block = wire.BLOCK_BYTES // 16
         for per_thread, per_warp, warps in layouts:

@@ -86,6 +86,12 @@ def step_rows(meta: dict) -> int:
     return max(1, SEND_TILE_BYTES // (meta["CB"] * wire.BLOCK_BYTES))
 
 
+def reduce_step_blocks(meta: dict, rows: int) -> int:
+    """Blocks of each of a token's ``rows`` rows a combine reducer takes per step (``RCB``): all of
+    them as one tile of at most ``SEND_TILE_BYTES``, never fewer than ``MIN_TILE_BLOCKS``."""
+    return max(MIN_TILE_BLOCKS, min(meta["CB"], SEND_TILE_BYTES // (rows * wire.BLOCK_BYTES)))
+
+
 def pow2_at_least(n: int) -> int:
     """The least power of two >= ``n`` (>= 1). Triton's own helper is a JIT function: about 15 µs
     per call from the host, several per launch."""
@@ -322,6 +328,8 @@ class CudaBackend(Backend):
         cfg, sym = self.config, self.sym
         bits = rows_RF.view(INT_VIEW[rows_RF.element_size()])
         meta = row_meta(cfg.sync, rows_RF.shape[1], rows_RF.element_size(), num_tokens)
+        # a token's rows for its reducer: W partial sums or K pair rows (at least 2 lanes)
+        r_block = pow2_at_least(max(cfg.world_size if partial else cfg.top_k, 2))
         self.launch_combine(
             workers.total, rows_RF, bits, routes.rows_WMK, routes.weights_WMK, routes.idx_P, source_w,
             routes.sent_WT, num_tokens, sym["back"].ptrs, sym["back_sig"].ptrs, sym["back_ack"].ptrs,
@@ -334,7 +342,8 @@ class CudaBackend(Backend):
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=workers.verify > 0,
             FINAL=final, PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            ROWS=min(self.k_block, step_rows(meta)), **meta)
+            ROWS=min(self.k_block, step_rows(meta)), R_BLOCK=r_block,
+            RCB=reduce_step_blocks(meta, r_block), **meta)
 
     # -- dispatch ---------------------------------------------------------------------------------
     # Each operation is a generator of launches. On a GPU they run back to back (`_finish`), the

@@ -25,7 +25,7 @@ import triton.language as tl
 from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda import records, sync, verify
 from ubep.backends.cuda.kernels import INTERPRETED, any_true, lane, symmetric_base
-from ubep.backends.cuda.wire import DC, SP, SW, per_block_row, put_tile, take_tile, tile, tile_rows
+from ubep.backends.cuda.wire import DC, SP, SW, per_block_row, put_tile, take_tiles, tile, tile_rows
 
 # Row tiles of at most this many 128-byte blocks (8 KiB) sum a token's pairs from masked loads
 # without branches.
@@ -126,48 +126,58 @@ def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, 
 @triton.jit
 def _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slot, epoch, tokens_max,
                   timeout_ns, err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
-                  TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
-                  FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr,
-                  MODE: tl.constexpr, SENTINEL: tl.constexpr, PARTIAL: tl.constexpr,
-                  WEIGHTED: tl.constexpr, GATHER: tl.constexpr):
-    """Token ``t``'s rows, waited for and summed (or gathered) into ``y``."""
-    ks = tl.arange(0, K_BLOCK)
+                  TOP_K: tl.constexpr, R_BLOCK: tl.constexpr, HIDDEN: tl.constexpr,
+                  BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
+                  RCB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr,
+                  PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr, GATHER: tl.constexpr):
+    """Token ``t``'s rows (``R_BLOCK >=`` its ``W`` or ``K`` rows), waited for and summed (or
+    gathered) into ``y``, ``RCB`` blocks of every row per step: the step's chunks of all the rows
+    are taken as one tile (their loads in flight together, each row checked), then each row's
+    chunk is picked out of the tile in registers and summed in ascending order. Waiting for each
+    row before loading the next cost one load latency per row; loading them again after the wait
+    read every row twice."""
+    ks = tl.arange(0, R_BLOCK)
     row_elems: tl.constexpr = NB * BE
     dt: tl.constexpr = y_ptr.dtype.element_ty
     if PARTIAL:
         num: tl.constexpr = WORLD
         valid = tl.load(sent_ptr + ks * tokens_max + t, mask=ks < WORLD, other=0) != 0
         slots = ks * tokens_max + t
-        peers = ks
+        peers = tl.where(valid, ks, 0)
+        # per block-row, from a range: Triton then sees that rows start on 128-byte blocks
+        slot_at = tile_rows(RCB, R_BLOCK) * tokens_max + t
     else:
         num: tl.constexpr = TOP_K
         ids = tl.load(idx_ptr + t * TOP_K + ks, mask=ks < TOP_K, other=-1)
         valid = ids >= 0
         slots = t * TOP_K + ks
-        peers = ids // E_LOCAL
+        peers = tl.where(valid, ids // E_LOCAL, 0)
         weights = tl.load(w_ptr + t * TOP_K + ks, mask=valid, other=0.0)
+        slot_at = t * TOP_K + tile_rows(RCB, R_BLOCK)
+    live_at = per_block_row(valid.to(tl.int32), RCB, R_BLOCK) != 0
+    us = tl.arange(0, R_BLOCK)[:, None, None]
     deadline = sync.now_ns() + timeout_ns
-    for c in range(0, tl.cdiv(NB, CB)):
-        _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB, 1)
-        acc = tl.zeros(p_off.shape, dtype=tl.float32)
-        for j in tl.static_range(num):
-            if lane(valid.to(tl.int32), ks, j) != 0:
-                row = lane(slots, ks, j)
-                peer = lane(peers, ks, j)
-                bits, _, _ = take_tile(back_local + row.to(tl.int64) * row_elems, c, epoch, deadline,
-                                       err_addr, sync.WAIT_ROWS, peer, row,
-                                       rec_local + (slot * WORLD + peer) * 2, HIDDEN, BE, FE, NB, CB,
-                                       MODE, SENTINEL)
-                o = bits.to(dt, bitcast=True)
-                if GATHER:
-                    tl.store(y_ptr + (t * TOP_K + j).to(tl.int64) * HIDDEN + p_off, o, mask=is_payload)
-                else:
-                    o = o.to(tl.float32)
-                    if WEIGHTED:
-                        o = _mul(o, lane(weights, ks, j))
-                    acc = _add(acc, o)
-        if not GATHER:
-            tl.store(y_ptr + t.to(tl.int64) * HIDDEN + p_off, acc.to(dt), mask=is_payload)
+    for c in range(0, tl.cdiv(NB, RCB)):
+        bits, p_off, is_payload = take_tiles(back_local + slot_at.to(tl.int64) * row_elems, c, epoch,
+                                             deadline, err_addr, sync.WAIT_ROWS, peers, slot_at,
+                                             rec_local + (slot * WORLD + peers) * 2, live_at, HIDDEN,
+                                             BE, FE, NB, RCB, R_BLOCK, MODE, SENTINEL)
+        if GATHER:
+            y_at = y_ptr + (t * TOP_K + tile_rows(RCB, R_BLOCK)).to(tl.int64) * HIDDEN
+            tl.store(y_at + p_off, bits.to(dt, bitcast=True), mask=is_payload & live_at)
+        else:
+            by_row = tl.reshape(bits, (R_BLOCK, RCB, BE))
+            _, p_row, is_row_payload, _ = tile(c, HIDDEN, BE, FE, NB, RCB, 1)
+            acc = tl.zeros(p_row.shape, dtype=tl.float32)
+            for j in tl.static_range(num):
+                # row j's chunk, exactly: a sum of its integer image and zeros (the row index is a
+                # register's, so the compiler keeps just row j's registers)
+                o = tl.sum(tl.where(us == j, by_row, 0), 0).to(bits.dtype)
+                o = o.to(dt, bitcast=True).to(tl.float32)
+                if WEIGHTED:
+                    o = _mul(o, lane(weights, ks, j))
+                acc = tl.where(lane(valid.to(tl.int32), ks, j) != 0, _add(acc, o), acc)
+            tl.store(y_ptr + t.to(tl.int64) * HIDDEN + p_row, acc.to(dt), mask=is_row_payload)
     if MODE == SP:
         tl.debug_barrier()  # every thread has read the rows before their markers change
         for j in tl.static_range(num):
@@ -197,12 +207,13 @@ def _verify_role(p, out_bits_ptr, idx_ptr, sent_ptr, num_tokens, back_ptrs, rec_
 def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs, sig_ptrs, ack_ptrs,
                  rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch, tokens_max, rows_max,
                  timeout_ns, err_addr, n_recv, WORLD: tl.constexpr, W_BLOCK: tl.constexpr,
-                 E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
+                 E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, R_BLOCK: tl.constexpr,
                  HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-                 NB_BLOCK: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
+                 NB_BLOCK: tl.constexpr, RCB: tl.constexpr, MODE: tl.constexpr,
                  SENTINEL: tl.constexpr, PARTIAL: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
                  GATHER: tl.constexpr, VERIFY: tl.constexpr, PROFILE: tl.constexpr):
-    """Reducer ``j`` of ``n_recv``: tokens ``j, j + n_recv, ..``."""
+    """Reducer ``j`` of ``n_recv``: tokens ``j, j + n_recv, ..``, ``R_BLOCK`` rows each at most, in
+    steps of ``RCB`` blocks."""
     if MODE == SW:
         sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
         sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, WORLD,
@@ -216,8 +227,8 @@ def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptr
     t = j
     while t < num_tokens:
         _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slot, epoch,
-                      tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE,
-                      NB, NB_BLOCK, CB, MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER)
+                      tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, R_BLOCK, HIDDEN, BE, FE,
+                      NB, NB_BLOCK, RCB, MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER)
         t += n_recv
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
     sync.publish_ack(state_ptr, n_recv, ack_ptrs, rank, epoch, WORLD)
@@ -229,14 +240,17 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
             rows_max, timeout_ns, err_addr, n_send, n_recv, WORLD: tl.constexpr,
             W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
             HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-            NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr, MODE: tl.constexpr,
-            SENTINEL: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
+            NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr, R_BLOCK: tl.constexpr,
+            RCB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr, PARTIAL: tl.constexpr,
+            WEIGHTED: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
             GATHER: tl.constexpr, VERIFY: tl.constexpr, FINAL: tl.constexpr,
             PROFILE: tl.constexpr):
     """One combine (see the module doc): programs ``[0, n_send)`` send, then (``VERIFY``, ``dc``
     only) ``W`` verify, then ``n_recv`` reduce; ``FINAL``: this launch ends the call (a combine may
     run as a send launch, then a reduce launch). ``ROWS``: pairs' rows a ``reduce="source"`` sender
-    moves per step (a power of two, at most ``K_BLOCK``).
+    moves per step (a power of two, at most ``K_BLOCK``). ``R_BLOCK``: a token's rows a reducer
+    takes at once (a power of two, ``>= W`` with ``PARTIAL``, else ``>= K``), ``RCB`` blocks of
+    each per step.
 
     Expert side: ``out [rows, H]`` (and the same memory as integers, ``out_bits``), the dispatch's
     ``rows`` / ``pair_w [W, T_max, K]``. Source side: ``idx`` / ``w [T * K]``, ``sent [W, T_max]``,
@@ -284,13 +298,13 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
                 _reduce_role(j - WORLD, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs,
                              sig_ptrs, ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank,
                              slot, epoch, tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD,
-                             W_BLOCK, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, MODE,
-                             SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER, VERIFY, PROFILE)
+                             W_BLOCK, E_LOCAL, TOP_K, R_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, RCB,
+                             MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER, VERIFY, PROFILE)
         else:
             _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs, sig_ptrs,
                          ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch,
                          tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD, W_BLOCK, E_LOCAL,
-                         TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, MODE, SENTINEL, PARTIAL,
+                         TOP_K, R_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, RCB, MODE, SENTINEL, PARTIAL,
                          SUM_WEIGHTED, GATHER, VERIFY, PROFILE)
     if FINAL:
         grid = n_send + n_recv
