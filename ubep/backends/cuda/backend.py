@@ -284,8 +284,8 @@ class CudaBackend(Backend):
         """Thread blocks of a combine's widest launch."""
         return self._widest(self._combine_workers(), 0)
 
-    def _dispatch_launch(self, workers: Workers, x_bits, idx, weights, sent, out_bits, out_w, rows,
-                         pair_w, tpe, *, like: bool, replicate: bool, final: bool) -> None:
+    def _dispatch_launch(self, workers: Workers, x_bits, idx, weights, sent, out_bits, out_w, recv_w,
+                         rows, pair_w, tpe, *, like: bool, replicate: bool, final: bool) -> None:
         cfg, sym = self.config, self.sym
         sw = cfg.sync == "sw"
         writers = workers.count + (workers.send if sw else 0)
@@ -296,7 +296,7 @@ class CudaBackend(Backend):
             sym["count"].ptrs, sym["sig"].ptrs, sym["ack"].ptrs, sym["rec"].ptrs, self.dispatch_state,
             self.count_hist, self.count_flags, self.base,
             self._stamps("dispatch", (workers.count, workers.send, workers.verify, workers.recv)), sent,
-            out_bits, out_w, rows, pair_w, tpe, cfg.rank, cfg.max_tokens_per_rank, capacity,
+            out_bits, out_w, recv_w, rows, pair_w, tpe, cfg.rank, cfg.max_tokens_per_rank, capacity,
             self.timeout_ns, self.errors.data_ptr(), workers.count, workers.send, workers.recv,
             writers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
             W_BLOCK=self.w_block, L_BLOCK=pow2_at_least(cfg.num_local_experts), TOP_K=cfg.top_k,
@@ -373,8 +373,9 @@ class CudaBackend(Backend):
         if cfg.layout == "padded":
             num_rows = cfg.num_local_experts * cfg.expert_capacity
             out = x_TH.new_empty(num_rows, hidden)  # padding rows are not written
-            row_weights = torch.zeros(num_rows, dtype=torch.float32, device=dev)
-            received = (out.view(self.int_view), row_weights, rows, pair_w, tpe)
+            # the kernel writes both weight outputs, padding included: no memset, no copy kernel
+            row_weights, recv_w = torch.empty(2, num_rows, dtype=torch.float32, device=dev)
+            received = (out.view(self.int_view), row_weights, recv_w, rows, pair_w, tpe)
             with self.timer.phase("dispatch"):
                 if self.phased:
                     self._dispatch_launch(writers, *common, *received, like=False, replicate=False,
@@ -384,7 +385,7 @@ class CudaBackend(Backend):
                 self._dispatch_launch(workers, *common, *received, like=False, replicate=True,
                                       final=True)
         else:
-            sizes = (x_bits, weights, rows, pair_w, tpe)  # nothing is placed yet: no output
+            sizes = (x_bits, weights, weights, rows, pair_w, tpe)  # nothing is placed yet: no output
             with self.timer.phase("dispatch: count exchange"):
                 if self.phased:
                     self._dispatch_launch(writers, *common, *sizes, like=False, replicate=False,
@@ -395,14 +396,13 @@ class CudaBackend(Backend):
                                       like=False, replicate=False, final=False)
                 num_rows = int(tpe.sum())  # the compact layout's one host synchronization
             out = x_TH.new_empty(num_rows, hidden)
-            row_weights = torch.empty(num_rows, dtype=torch.float32, device=dev)
+            row_weights, recv_w = torch.empty(2, num_rows, dtype=torch.float32, device=dev)
             with self.timer.phase("dispatch: reorder"):
-                self._dispatch_launch(receivers, *common, out.view(self.int_view), row_weights, rows,
-                                      pair_w, tpe, like=False, replicate=True, final=True)
+                self._dispatch_launch(receivers, *common, out.view(self.int_view), row_weights, recv_w,
+                                      rows, pair_w, tpe, like=False, replicate=True, final=True)
         routes = Routes(idx, sent, rows, pair_w)
         handle = Handle(cfg, num_tokens, topk_weights_TK, row_weights, tpe, num_rows, None, routes)
-        recv_w = row_weights.clone().view(handle.rows_shape())
-        return out.view(handle.rows_shape(hidden)), recv_w, handle
+        return out.view(handle.rows_shape(hidden)), recv_w.view(handle.rows_shape()), handle
 
     def dispatch_like(self, x_TH, handle):
         return _finish(self.dispatch_like_steps(x_TH, handle))
@@ -415,8 +415,9 @@ class CudaBackend(Backend):
         x_bits = x_TH.contiguous().view(self.int_view)
         out = x_TH.new_zeros(handle.num_rows, hidden)
         workers = self._like_workers(handle.num_tokens)
+        unused = routes.weights_WMK  # the row weights: written by a dispatch, not here
         args = (x_bits, routes.idx_P, routes.weights_WMK, routes.sent_WT, out.view(self.int_view),
-                routes.weights_WMK, routes.rows_WMK, routes.weights_WMK, handle.tokens_per_expert)
+                unused, unused, routes.rows_WMK, routes.weights_WMK, handle.tokens_per_expert)
         with self.timer.phase("dispatch"):
             if self.phased or self.split_launches:
                 self._dispatch_launch(replace(workers, recv=0, verify=0), *args, like=True,

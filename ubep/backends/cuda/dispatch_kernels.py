@@ -32,6 +32,8 @@ from ubep.backends.cuda.counting import count_role
 from ubep.backends.cuda.kernels import any_true, lane, symmetric_base
 from ubep.backends.cuda.wire import DC, SP, per_block_row, put_tile, take_tiles, tile, tile_rows
 
+PAD_STEP = tl.constexpr(1024)  # padding weights a receiver zeroes per store (4 per thread)
+
 
 @triton.jit
 def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, epoch, n_send,
@@ -91,7 +93,8 @@ def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, 
 def _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD: tl.constexpr,
               E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr):
     """``base[s, l]``: the first receive row of source ``s``'s pairs for local expert ``l``
-    (``ubep.layout.row_base``); receive program 0 also writes ``tokens_per_expert``."""
+    (``ubep.layout.row_base``); receive program 0 also writes ``tokens_per_expert``. Returns the
+    rows per local expert, ``[L_BLOCK]``."""
     s = tl.arange(0, W_BLOCK)[:, None]
     loc = tl.arange(0, L_BLOCK)[None, :]
     valid = (s < WORLD) & (loc < E_LOCAL)
@@ -105,11 +108,34 @@ def _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD: tl.const
         lanes = tl.arange(0, L_BLOCK)
         tl.store(tpe_ptr + lanes, total, mask=lanes < E_LOCAL)
     tl.debug_barrier()  # the table is read back by this program's threads
+    return total
+
+
+@triton.jit
+def _zero_padding(out_w_ptr, recv_w_ptr, total, j, n_recv, capacity, E_LOCAL: tl.constexpr,
+                  L_BLOCK: tl.constexpr):
+    """Padded layout (``capacity > 0``): the weights of local expert ``e``'s padding rows,
+    ``[total[e], capacity)``, set to 0 in both weight outputs, by receiver ``j`` for experts ``j,
+    j + n_recv, ..``. In the kernel, not a memset before it: a CUDA graph of a decode dispatch
+    then holds one kernel."""
+    lanes = tl.arange(0, L_BLOCK)
+    offs = tl.arange(0, PAD_STEP)
+    zeros = tl.zeros([PAD_STEP], dtype=tl.float32)
+    e = tl.where(capacity > 0, j, E_LOCAL)  # the compact layout has no padding
+    while e < E_LOCAL:
+        pos = tl.sum(tl.where(lanes == e, total, 0), 0).to(tl.int64)
+        while pos < capacity:
+            at = e.to(tl.int64) * capacity + pos + offs
+            live = pos + offs < capacity
+            tl.store(out_w_ptr + at, zeros, mask=live)
+            tl.store(recv_w_ptr + at, zeros, mask=live)
+            pos += PAD_STEP
+        e += n_recv
 
 
 @triton.jit
 def _receive_rows(g, stage_local, route_local, count_local, rec_local, base_ptr, out_ptr, out_w_ptr,
-                  rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr,
+                  recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr,
                   WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
                   K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
                   NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr,
@@ -144,6 +170,7 @@ def _receive_rows(g, stage_local, route_local, count_local, rec_local, base_ptr,
         tl.store(rows_ptr + pairs, rows, mask=valid[:, None] & kmask)
         tl.store(pair_w_ptr + pairs, tl.where(here, weights, 0.0), mask=valid[:, None] & kmask)
         tl.store(out_w_ptr + rows, weights, mask=here)
+        tl.store(recv_w_ptr + rows, weights, mask=here)
     needed = tl.max(rows, 1) >= 0  # [ROWS]: the token has a pair here
     if any_true(needed):
         # per block-row, computed from a range (not spread from `staged`): Triton then sees that
@@ -195,9 +222,10 @@ def _verify_role(s, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptr
 
 @triton.jit
 def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs, rec_ptrs, state_ptr,
-                  base_ptr, stamps_ptr, out_ptr, out_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, pid, rank,
-                  slot, epoch, tokens_max, capacity, timeout_ns, err_addr, n_recv, WORLD: tl.constexpr,
-                  E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr,
+                  base_ptr, stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr,
+                  pid, rank, slot, epoch, tokens_max, capacity, timeout_ns, err_addr, n_recv,
+                  WORLD: tl.constexpr, E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr,
+                  L_BLOCK: tl.constexpr,
                   TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
                   FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr,
                   RECV_ROWS: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr,
@@ -214,8 +242,8 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
         records.wait_verified(state_ptr, epoch, timeout_ns, err_addr, sync.WAIT_TOKENS, WORLD, W_BLOCK)
     sync.stamp(stamps_ptr, pid, 1, PROFILE)
     if not LIKE:
-        _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL, W_BLOCK,
-                  L_BLOCK)
+        total = _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL,
+                          W_BLOCK, L_BLOCK)
     if REPLICATE:
         stage_local = symmetric_base(stage_ptrs, rank, x_ptr.dtype.element_ty)
         route_local = symmetric_base(route_ptrs, rank, tl.int64)
@@ -223,10 +251,12 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
         g = j
         while g * RECV_ROWS < WORLD * tokens_max:
             _receive_rows(g, stage_local, route_local, count_local, rec_local, base_ptr, out_ptr,
-                          out_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns,
-                          err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB,
-                          RECV_ROWS, MODE, SENTINEL, LIKE)
+                          out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max,
+                          timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
+                          NB_BLOCK, CB, RECV_ROWS, MODE, SENTINEL, LIKE)
             g += n_recv
+        if not LIKE:  # after the rows: off their path
+            _zero_padding(out_w_ptr, recv_w_ptr, total, j, n_recv, capacity, E_LOCAL, L_BLOCK)
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
     if FINAL:
         sync.publish_ack(state_ptr, n_recv, ack_ptrs, rank, epoch, WORLD)
@@ -236,8 +266,8 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
                               "n_recv", "n_writers"])
 def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs,
              rec_ptrs, state_ptr, hist_ptr, flags_ptr, base_ptr, stamps_ptr, sent_ptr, out_ptr,
-             out_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, rank, tokens_max, capacity, timeout_ns,
-             err_addr, n_count, n_send, n_recv, n_writers, WORLD: tl.constexpr,
+             out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, rank, tokens_max, capacity,
+             timeout_ns, err_addr, n_count, n_send, n_recv, n_writers, WORLD: tl.constexpr,
              E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, TOP_K: tl.constexpr,
              K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
              NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr,
@@ -263,8 +293,9 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     epoch words, counters and record sums (``sync``, ``records``); ``hist [N_BLOCK, E_BLOCK]`` int32 /
     ``flags [N_BLOCK]`` int64: the count group's scratch (``counting``); ``base [W, E_LOCAL]``
     scratch; ``stamps [programs, 4]`` int64 (``PROFILE``).
-    Outputs: ``sent [W, T_max]`` int8, ``out [rows, H]``, ``out_w [rows]``, ``rows`` / ``pair_w [W,
-    T_max, K]`` (int64 / fp32, -1 / 0 where a pair is not here), ``tpe [E_LOCAL]``.
+    Outputs: ``sent [W, T_max]`` int8, ``out [rows, H]``, ``out_w [rows]`` and the caller's copy
+    ``recv_w [rows]`` (padded: 0 on padding rows), ``rows`` / ``pair_w [W, T_max, K]`` (int64 /
+    fp32, -1 / 0 where a pair is not here), ``tpe [E_LOCAL]``.
     """
     pid = tl.program_id(0)
     epoch = sync.call_epoch(state_ptr, pid)
@@ -305,17 +336,17 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
             else:
                 _receive_role(j - WORLD, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs,
                               ack_ptrs, rec_ptrs, state_ptr, base_ptr, stamps_ptr, out_ptr, out_w_ptr,
-                              rows_ptr, pair_w_ptr, tpe_ptr, pid, rank, slot, epoch, tokens_max,
-                              capacity, timeout_ns, err_addr, n_recv, WORLD, E_LOCAL, W_BLOCK, L_BLOCK,
-                              TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, RECV_ROWS, MODE,
-                              SENTINEL, LIKE, RECORDS, REPLICATE, VERIFY, FINAL, PROFILE)
+                              recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, pid, rank, slot, epoch,
+                              tokens_max, capacity, timeout_ns, err_addr, n_recv, WORLD, E_LOCAL,
+                              W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB,
+                              RECV_ROWS, MODE, SENTINEL, LIKE, RECORDS, REPLICATE, VERIFY, FINAL, PROFILE)
         else:
             _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs, rec_ptrs,
-                          state_ptr, base_ptr, stamps_ptr, out_ptr, out_w_ptr, rows_ptr, pair_w_ptr,
-                          tpe_ptr, pid, rank, slot, epoch, tokens_max, capacity, timeout_ns, err_addr,
-                          n_recv, WORLD, E_LOCAL, W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
-                          NB_BLOCK, CB, RECV_ROWS, MODE, SENTINEL, LIKE, RECORDS, REPLICATE, VERIFY,
-                          FINAL, PROFILE)
+                          state_ptr, base_ptr, stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr,
+                          pair_w_ptr, tpe_ptr, pid, rank, slot, epoch, tokens_max, capacity, timeout_ns,
+                          err_addr, n_recv, WORLD, E_LOCAL, W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN,
+                          BE, FE, NB, NB_BLOCK, CB, RECV_ROWS, MODE, SENTINEL, LIKE, RECORDS, REPLICATE,
+                          VERIFY, FINAL, PROFILE)
     if FINAL:
         grid = n_count + n_send + n_recv
         if VERIFY:
