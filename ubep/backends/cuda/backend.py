@@ -51,6 +51,11 @@ NUM_WARPS = 8
 # tiles were spread over the warps, a block's halves in two warps (on an H200 the second 64 bytes of a
 # block were read stale while its flag was new; tests/test_cuda_compile.py checks the layouts).
 MIN_TILE_BLOCKS = NUM_WARPS * 32 * 16 // wire.BLOCK_BYTES
+# Registers per thread the combine kernel may use, by sync mode. Left to itself, ptxas gave the `sw`
+# kernel 85 and kept fewer of a reducer's row loads in flight; allowed 128 it took 108, and its
+# reducers under 24 SMs at 4096 tokens finished in 603-609 µs instead of 1076 (W = 1, H200). The
+# tff / sp kernels need 223-245: capped at 128 or 192 they spilled and got slower.
+COMBINE_REGISTERS = {"sw": 128}
 # Programs per group: lower ids are scheduled first and never wait on higher ones, so a grid larger
 # than the GPU holds at once still completes.
 MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
@@ -201,6 +206,7 @@ class CudaBackend(Backend):
         self.max_count, self.max_send = MAX_COUNT, MAX_SEND
         self.pair_chunk = PAIR_CHUNK  # a power of 2; tests lower it to get several count programs
         self.launch_dispatch, self.launch_combine = Launcher(dk.dispatch), Launcher(ck.combine)
+        self.combine_registers = COMBINE_REGISTERS.get(config.sync)
 
     # -- errors -----------------------------------------------------------------------------------
 
@@ -342,7 +348,7 @@ class CudaBackend(Backend):
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=workers.verify > 0,
             FINAL=final, PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            ROWS=min(self.k_block, step_rows(meta)), R_BLOCK=r_block,
+            maxnreg=self.combine_registers, ROWS=min(self.k_block, step_rows(meta)), R_BLOCK=r_block,
             RCB=reduce_step_blocks(meta, r_block), **meta)
 
     # -- dispatch ---------------------------------------------------------------------------------

@@ -33,22 +33,25 @@ def _arg_key(value) -> object:
 
 
 class Launcher:
-    """``Launcher(kernel)(grid, *runtime_args, num_warps=.., **constexprs)`` launches ``kernel`` on
-    ``grid`` programs (1-D) like ``kernel[(grid,)](...)`` does; runtime arguments positional, in
-    the kernel's order, constants by name."""
+    """``Launcher(kernel)(grid, *runtime_args, num_warps=.., maxnreg=.., **constexprs)`` launches
+    ``kernel`` on ``grid`` programs (1-D) like ``kernel[(grid,)](...)`` does; runtime arguments
+    positional, in the kernel's order, constants by name; ``maxnreg``: a cap on registers per
+    thread (None: the compiler's choice)."""
 
     def __init__(self, kernel):
         self.kernel = kernel
         self.compiled: dict[tuple, tuple] = {}
 
-    def __call__(self, grid: int, *args, num_warps: int, **constexprs) -> None:
+    def __call__(self, grid: int, *args, num_warps: int, maxnreg: int | None = None,
+                 **constexprs) -> None:
         if INTERPRETED:
             self.kernel[(grid,)](*args, num_warps=num_warps, **constexprs)
             return
-        key = (num_warps, tuple(constexprs.items()), tuple(_arg_key(a) for a in args))
+        key = (num_warps, maxnreg, tuple(constexprs.items()), tuple(_arg_key(a) for a in args))
         entry = self.compiled.get(key)
         if entry is None:
-            compiled = self.kernel[(grid,)](*args, num_warps=num_warps, **constexprs)
+            options = {"num_warps": num_warps} | ({"maxnreg": maxnreg} if maxnreg else {})
+            compiled = self.kernel[(grid,)](*args, **options, **constexprs)
             # the launcher takes every parameter in order, compile-time constants included
             names = self.kernel.arg_names[len(args):]
             self.compiled[key] = (compiled, [constexprs[n] for n in names])
