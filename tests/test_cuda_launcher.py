@@ -42,3 +42,8 @@ def test_cached_launches_compute_what_triton_does():
         torch.testing.assert_close(dst, src[offset:] + add, rtol=0, atol=0)
     # one compiled launch per (constant, source aligned or not); n stays in one class
     assert len(launch.compiled) == 3
+    for _ in range(2):  # a register budget is one more build, launched like the others
+        dst = torch.zeros(1000, dtype=torch.int32, device="cuda")
+        launch(8, src, dst, 1000, num_warps=4, maxnreg=64, ADD=2, BLOCK=128)
+        torch.testing.assert_close(dst, src + 2, rtol=0, atol=0)
+    assert len(launch.compiled) == 4
