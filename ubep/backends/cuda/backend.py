@@ -54,7 +54,7 @@ MIN_TILE_BLOCKS = NUM_WARPS * 32 * 16 // wire.BLOCK_BYTES
 # Registers per thread the combine kernel may use, by sync mode. Left to itself, ptxas gave the `sw`
 # kernel 85 and kept fewer of a reducer's row loads in flight; allowed 128 it took 108, and its
 # reducers under 24 SMs at 4096 tokens finished in 603-609 µs instead of 1076 (W = 1, H200). The
-# tff / sp kernels need 223-245: capped at 128 or 192 they spilled and got slower.
+# tff / sp kernels need 225-245: capped at 128 or 192 they spilled and got slower.
 COMBINE_REGISTERS = {"sw": 128}
 # Programs per group: lower ids are scheduled first and never wait on higher ones, so a grid larger
 # than the GPU holds at once still completes.

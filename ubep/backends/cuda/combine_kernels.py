@@ -7,10 +7,11 @@
   the group's last program then writes the ``sw``, ``dc`` or ``sp`` records (``sync``, ``records``);
 - verify group (``dc`` only, ``W`` programs, ids between the other two): verifier ``p`` polls until
   the rows rank ``p`` sent back match its checksum (``verify``);
-- reduce group (``n_recv`` programs, this rank's tokens strided): waits for each of the token's rows
-  (its arrival rule, ``wire``; ``dc``: every verifier) and sums them in fp32, in ascending ``k`` (or
-  ascending rank), into ``y`` (``sp``: then writes the sentinel back); ``GATHER`` (the gate-weight
-  gradient) instead returns each pair's row as it is.
+- reduce group (``n_recv`` programs, this rank's tokens strided): takes a step's chunk of all of the
+  token's rows as one tile once each row has arrived (its arrival rule, ``wire``; ``dc``: every
+  verifier) and sums them in fp32, in ascending ``k`` (or ascending rank), into ``y`` (``sp``:
+  then writes the sentinel back); ``GATHER`` (the gate-weight gradient) instead returns each pair's
+  row as it is.
 
 The contract rounds every product and every sum (``ubep.reduce``); compilers contract ``acc + w * o``
 into a fused multiply-add, so the sums use PTX ``mul.rn.f32`` / ``add.rn.f32``, which cannot be

@@ -14,7 +14,8 @@
 - receive group (``n_recv`` programs): waits for every source's record (``dc``: and every
   verifier), turns the count matrix into the first receive row of each (source, local expert)
   (``ubep.layout.row_base``), then copies each staged token into the receive rows of its pairs as
-  soon as that token has arrived (``sp``: then writes the sentinel back).
+  soon as that token has arrived (``sp``: then writes the sentinel back), and writes each row's gate
+  weight (padded layout: 0 on the padding rows).
 
 No grid-wide barrier: the groups meet only through the records and the rows' own arrival rule. The
 compact layout runs the kernel twice in one call (counts first; the host then sizes the output), the
