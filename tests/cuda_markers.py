@@ -47,8 +47,9 @@ def _decode(wire_ptr, dst_ptr, epoch_ptr, HIDDEN: tl.constexpr, BE: tl.constexpr
             CB: tl.constexpr, MODE: tl.constexpr):
     r = tl.program_id(0)
     for c in range(0, tl.cdiv(NB, CB)):
-        values, p_off, is_payload = wire.take_tile(wire_ptr + r * (NB * BE), c, tl.load(epoch_ptr), 0,
-                                                   0, 0, 0, r, epoch_ptr, HIDDEN, BE, 0, NB, CB, MODE, 0)
+        values, p_off, is_payload = wire.take_tiles(wire_ptr + r * (NB * BE), c, tl.load(epoch_ptr), 0,
+                                                    0, 0, 0, r, epoch_ptr, True, HIDDEN, BE, 0, NB, CB, 1,
+                                                    MODE, 0)
         tl.store(dst_ptr + r * HIDDEN + p_off, values, mask=is_payload)
 
 

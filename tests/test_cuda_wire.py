@@ -1,7 +1,7 @@
 """The CUDA backend's wire images equal ``ubep.protocol.encode`` byte for byte (one GPU).
 
 The kernels below run the backend's own row writer and reader (``wire.copy_row``,
-``wire.take_tile``) on random bit patterns, NaNs and infinities included, so a misplaced flag,
+``wire.take_tiles``) on random bit patterns, NaNs and infinities included, so a misplaced flag,
 marker mask, payload byte or padding byte shows up; ``dc`` rows must also give the protocol's
 checksum through the writer's lanes, and ``sp`` rows holding the sentinel must be counted.
 """
@@ -40,15 +40,15 @@ def _encode_rows(src_ptr, dst_ptr, lanes_ptr, epoch_ptr, HIDDEN: tl.constexpr, B
 def _decode_rows(wire_ptr, dst_ptr, epoch_ptr, err_addr, HIDDEN: tl.constexpr, BE: tl.constexpr,
                  FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, MODE: tl.constexpr,
                  SENTINEL: tl.constexpr):
-    """Rows read back as the receivers read them (``wire.take_tile``); ``sp``'s fallback record is
+    """Rows read back as the receivers read them (``wire.take_tiles``); ``sp``'s fallback record is
     the epoch word itself, so a row holding the sentinel is taken too."""
     r = tl.program_id(0)
     epoch = tl.load(epoch_ptr)
     deadline = sync.now_ns() + 10_000_000_000  # never reached: every row is whole
     for c in range(0, tl.cdiv(NB, CB)):
-        values, p_off, is_payload = wire.take_tile(wire_ptr + r.to(tl.int64) * (NB * BE), c,
-                                                   epoch, deadline, err_addr, 0, 0, r, epoch_ptr,
-                                                   HIDDEN, BE, FE, NB, CB, MODE, SENTINEL)
+        values, p_off, is_payload = wire.take_tiles(wire_ptr + r.to(tl.int64) * (NB * BE), c,
+                                                    epoch, deadline, err_addr, 0, 0, r, epoch_ptr, True,
+                                                    HIDDEN, BE, FE, NB, CB, 1, MODE, SENTINEL)
         tl.store(dst_ptr + r.to(tl.int64) * HIDDEN + p_off, values, mask=is_payload)
 
 

@@ -206,7 +206,6 @@ class CudaBackend(Backend):
         self.max_count, self.max_send = MAX_COUNT, MAX_SEND
         self.pair_chunk = PAIR_CHUNK  # a power of 2; tests lower it to get several count programs
         self.launch_dispatch, self.launch_combine = Launcher(dk.dispatch), Launcher(ck.combine)
-        self.combine_registers = COMBINE_REGISTERS.get(config.sync)
 
     # -- errors -----------------------------------------------------------------------------------
 
@@ -348,7 +347,7 @@ class CudaBackend(Backend):
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=workers.verify > 0,
             FINAL=final, PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            maxnreg=self.combine_registers, ROWS=min(self.k_block, step_rows(meta)), R_BLOCK=r_block,
+            maxnreg=COMBINE_REGISTERS.get(cfg.sync), ROWS=min(self.k_block, step_rows(meta)), R_BLOCK=r_block,
             RCB=reduce_step_blocks(meta, r_block), **meta)
 
     # -- dispatch ---------------------------------------------------------------------------------

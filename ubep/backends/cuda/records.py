@@ -21,7 +21,7 @@ Receivers: ``dc``: verifier ``s`` (``verify``) polls until the checksum of the m
 source ``s`` matches the record (:func:`differs`), then sets ``state[OK + s] = epoch``; every
 receiver waits for all ``W`` of those before it copies (a ``dc`` batch arrives all at once). ``sp``:
 a row has arrived when none of its blocks holds the sentinel in the values loaded, or the record
-reads ``epoch`` (``wire.take_tile``); the receiver writes the sentinel back after consuming it,
+reads ``epoch`` (``wire.take_tiles``); the receiver writes the sentinel back after consuming it,
 before its ack.
 """
 

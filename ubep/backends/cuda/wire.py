@@ -11,7 +11,7 @@ A row of ``HIDDEN`` elements of ``ES`` bytes is cut into ``NB`` blocks of ``BE``
   were never seen torn over NVLink, 256 B ones were (``benchmarks/probe_store_atomicity.py``), and
   the GPU stress test (2000 calls per layout, random delays) saw no torn block in this layout.
   Blocks stored by another SM of the same GPU were never seen torn either, at any size measured.
-  The reader checks the flags inside the values it loaded (``take_tile``), never a flag then the
+  The reader checks the flags inside the values it loaded (``take_tiles``), never a flag then the
   payload in a second load, which the GPU may serve from before the flag.
 - ``sw`` (``FE = 0``): plain rows; a batch has arrived when its record does (``ubep.backends.cuda.sync``).
 - ``dc`` (``FE = 0``): the first 8 bytes of each block are masked marker words, checked against the
@@ -160,15 +160,6 @@ def _sentinel_rows(values, SENTINEL: tl.constexpr, BITS: tl.constexpr, CB: tl.co
     w0, w1 = ck.marker_words(values, BITS)
     s = tl.full([], SENTINEL, tl.uint32)
     return _per_row(((w0 == s) & (w1 == s)).to(tl.int32), CB, U)
-
-
-@triton.jit
-def take_tile(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr,
-              HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-              CB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr):
-    """:func:`take_tiles` of one row: ``(values [CB, BE], payload offsets, is_payload)``."""
-    return take_tiles(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr, True,
-                      HIDDEN, BE, FE, NB, CB, 1, MODE, SENTINEL)
 
 
 @triton.jit
