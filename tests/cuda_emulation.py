@@ -118,6 +118,28 @@ def _poisoned_empty():
         torch.empty = real
 
 
+def _inputs(case: Case, world: int) -> tuple[list, list, list]:
+    """Every rank's ``(x, topk_idx, topk_weights)`` of ``case``, as three lists."""
+    return tuple(list(v) for v in zip(*[case_inputs(case, s) for s in range(world)], strict=True))
+
+
+def _dispatch(backends: list, xs, idxs, ws) -> list:
+    """One dispatch on every emulated rank: each rank's ``(recv_x, recv_w, handle)``."""
+    return lockstep([b.dispatch_steps(x, i, w) for b, x, i, w in zip(backends, xs, idxs, ws, strict=True)])
+
+
+def _check_combine(backends: list, experts_out: list, handles: list, outs, idxs, ws, cfg, reduce: str,
+                   weighted: bool, label: str, check) -> None:
+    """One combine of ``experts_out`` on every emulated rank, each rank's ``y`` against the oracle's
+    by ``check(label.format(rank=r), got, want)``."""
+    ys = lockstep([b.combine_steps(o, h, reduce, weighted)
+                   for b, o, h in zip(backends, experts_out, handles, strict=True)])
+    for rank, y in enumerate(ys):
+        want = oracle.combine(outs, idxs, ws, rank, len(backends), cfg.num_experts, reduce, weighted,
+                              cfg.hidden, cfg.dtype)
+        check(label.format(rank=rank), y, want)
+
+
 def _check_received(dispatched: list, xs, idxs, ws, cfg, label: str, check) -> None:
     """Each rank's received rows of ``dispatched`` against the oracle's, padding rows zeroed, by
     ``check(what, got, want)``."""
@@ -139,10 +161,9 @@ def emulated_case(_rank: int, _world: int, case: Case, max_count: int | None = N
     ``return_pair_values`` of ``case`` on emulated ranks, each equal to the oracle."""
     backends = emulated_backends(case, max_count)
     world, cfg = len(backends), backends[0].config
-    xs, idxs, ws = (list(v) for v in zip(*[case_inputs(case, s) for s in range(world)], strict=True))
+    xs, idxs, ws = _inputs(case, world)
     with _poisoned_empty():
-        dispatched = lockstep([b.dispatch_steps(x, i, w)
-                               for b, x, i, w in zip(backends, xs, idxs, ws, strict=True)])
+        dispatched = _dispatch(backends, xs, idxs, ws)
     _check_idle(backends, "dispatch")
     outs = oracle.expert_outputs(
         idxs, lambda s, t, k, e: workloads.scale_expert(xs[s][t : t + 1], e)[0])
@@ -160,12 +181,8 @@ def emulated_case(_rank: int, _world: int, case: Case, max_count: int | None = N
         experts_out.append(_apply_experts(recv_x, handle.tokens_per_expert, backends[rank].config))
     handles = [h for _, _, h in dispatched]
     for reduce, weighted in itertools.product(("source", "expert_rank"), (True, False)):
-        ys = lockstep([b.combine_steps(o, h, reduce, weighted)
-                       for b, o, h in zip(backends, experts_out, handles, strict=True)])
-        for rank, y in enumerate(ys):
-            want = oracle.combine(outs, idxs, ws, rank, world, cfg.num_experts, reduce, weighted,
-                                  cfg.hidden, cfg.dtype)
-            _check_equal(f"rank {rank} combine({reduce}, weighted={weighted})", y, want)
+        _check_combine(backends, experts_out, handles, outs, idxs, ws, cfg, reduce, weighted,
+                       f"rank {{rank}} combine({reduce}, weighted={weighted})", _check_equal)
         _check_idle(backends, f"combine({reduce}, weighted={weighted})")
     resent = lockstep([b.dispatch_like_steps(gy, h) for b, gy, h in zip(backends, gys, handles,
                                                                       strict=True)])
@@ -189,24 +206,18 @@ def emulated_sentinel_case(_rank: int, _world: int, case: Case, calls: int) -> N
     equal to the oracle bit for bit (NaN sums: NaN), every slot idle again after each call."""
     backends = emulated_backends(case)
     world, cfg = len(backends), backends[0].config
-    inputs = [case_inputs(case, s) for s in range(world)]
+    plain_xs, idxs, ws = _inputs(case, world)
     for call in range(calls):
-        xs, idxs, ws = (list(v) for v in zip(*inputs, strict=True))
-        if call % 2 == 0:
-            xs = [with_sentinel(x) for x in xs]
-        dispatched = lockstep([b.dispatch_steps(x, i, w)
-                               for b, x, i, w in zip(backends, xs, idxs, ws, strict=True)])
+        xs = [with_sentinel(x) for x in plain_xs] if call % 2 == 0 else plain_xs
+        dispatched = _dispatch(backends, xs, idxs, ws)
         _check_received(dispatched, xs, idxs, ws, cfg, f"call {call}", check_bits)
         _check_idle(backends, f"call {call}: dispatch")
         handles = [h for _, _, h in dispatched]
         outs = oracle.expert_outputs(idxs, lambda s, t, k, e, xs=xs: xs[s][t])
         for reduce, weighted in (("source", False), ("expert_rank", True)):
-            ys = lockstep([b.combine_steps(recv_x, h, reduce, weighted)
-                           for b, (recv_x, _, h) in zip(backends, dispatched, strict=True)])
-            for rank, y in enumerate(ys):
-                want = oracle.combine(outs, idxs, ws, rank, world, cfg.num_experts, reduce, weighted,
-                                      cfg.hidden, cfg.dtype)
-                check_bits(f"call {call}: rank {rank} combine({reduce})", y, want)
+            _check_combine(backends, [x for x, _, _ in dispatched], handles, outs, idxs, ws, cfg,
+                           reduce, weighted, f"call {call}: rank {{rank}} combine({reduce})",
+                           check_bits)
             _check_idle(backends, f"call {call}: combine({reduce})")
         resent = lockstep([b.dispatch_like_steps(x, h) for b, x, h in zip(backends, xs, handles,
                                                                          strict=True)])
@@ -225,19 +236,15 @@ def emulated_receivers_change_case(_rank: int, _world: int, case: Case, receiver
     that read it): every result equal to the oracle, no wait timed out."""
     backends = emulated_backends(case)
     world, cfg = len(backends), backends[0].config
-    xs, idxs, ws = (list(v) for v in zip(*[case_inputs(case, s) for s in range(world)], strict=True))
+    xs, idxs, ws = _inputs(case, world)
     outs = oracle.expert_outputs(idxs, lambda s, t, k, e: xs[s][t])
     for call, n in enumerate(receivers):
         for backend in backends:
             backend.receivers = n
-        dispatched = lockstep([b.dispatch_steps(x, i, w)
-                               for b, x, i, w in zip(backends, xs, idxs, ws, strict=True)])
+        dispatched = _dispatch(backends, xs, idxs, ws)
         _check_received(dispatched, xs, idxs, ws, cfg, f"call {call} ({n} receivers)", _check_equal)
-        ys = lockstep([b.combine_steps(recv_x, h, "source", False)
-                       for b, (recv_x, _, h) in zip(backends, dispatched, strict=True)])
-        for rank, y in enumerate(ys):
-            want = oracle.combine(outs, idxs, ws, rank, world, cfg.num_experts, "source", False,
-                                  cfg.hidden, cfg.dtype)
-            _check_equal(f"call {call} ({n} receivers): rank {rank} combine", y, want)
+        _check_combine(backends, [x for x, _, _ in dispatched], [h for _, _, h in dispatched], outs,
+                       idxs, ws, cfg, "source", False,
+                       f"call {call} ({n} receivers): rank {{rank}} combine", _check_equal)
         _check_idle(backends, f"call {call}")
     _check_no_timeout(backends)
