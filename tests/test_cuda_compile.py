@@ -2,7 +2,10 @@
 Triton: no GPU is needed to build PTX and a cubin, so CPU runs catch kernel build errors too."""
 
 import re
+import subprocess
+import tempfile
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +18,8 @@ from triton.compiler import ASTSource  # noqa: E402
 from ubep.backends.cuda import checksum, wire  # noqa: E402
 from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
-from ubep.backends.cuda.backend import NUM_WARPS, reduce_step_blocks, row_meta, step_rows  # noqa: E402
+from ubep.backends.cuda.backend import (COMBINE_REGISTERS, NUM_WARPS, reduce_step_blocks,  # noqa: E402
+                                        row_meta, step_rows)
 
 MODES = list(wire.MODE_CODES)
 
@@ -29,8 +33,9 @@ POINTERS = {
 SCALARS = {"timeout_ns": "i64", "err_addr": "i64"}
 
 
-def _build(fn, pointers, constants):
-    """Build ``fn`` as the runtime would for 16-byte-aligned pointer arguments."""
+def _build(fn, pointers, constants, maxnreg=None):
+    """Build ``fn`` as the runtime would for 16-byte-aligned pointer arguments (and a register
+    budget per thread, if given)."""
     signature, attrs = {}, {}
     for i, name in enumerate(fn.arg_names):
         if name in constants:
@@ -40,8 +45,9 @@ def _build(fn, pointers, constants):
             attrs[(i,)] = [["tt.divisibility", 16]]
         else:
             signature[name] = SCALARS.get(name, "i32")
+    options = {"num_warps": NUM_WARPS, **({"maxnreg": maxnreg} if maxnreg else {})}
     kernel = triton.compile(ASTSource(fn, signature, constants, attrs), target=TARGET,
-                            options={"num_warps": NUM_WARPS})
+                            options=options)
     assert kernel.asm["cubin"]
     return kernel
 
@@ -96,6 +102,33 @@ def test_combine_compiles(mode, partial, gather):
     ops = _compile(ck.combine, pointers, constants)
     if not gather:
         _assert_rows_move_in_16_bytes(ops)
+
+
+def _resources(cubin: bytes) -> dict:
+    """``{"REG": registers per thread, "STACK": bytes of stack per thread}`` of a one-kernel cubin."""
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True,
+                             text=True, check=True).stdout
+    return {k: int(v) for k, v in re.findall(r"\b(REG|STACK):(\d+)", out)}
+
+
+@pytest.mark.parametrize("mode", sorted(COMBINE_REGISTERS))
+def test_combine_fits_its_register_budget(mode):
+    """A budget that makes ptxas spill a reducer's row tile to the stack costs more than the second
+    program per SM it buys: the budgeted combine kernels (source reduction, top-8 rows of 7168
+    bf16, a 4096-token call) keep at most 64 bytes on the stack."""
+    rows = row_meta(mode, 7168, 2, 4096)
+    constants = {"WORLD": 2, "W_BLOCK": 2, "E_LOCAL": 128, "TOP_K": 8, "K_BLOCK": 8,
+                 **_mode(mode, torch.bfloat16), "PARTIAL": False, "WEIGHTED": False,
+                 "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": mode == "dc", "FINAL": True,
+                 "PROFILE": False, **rows, "ROWS": min(8, step_rows(rows)), "R_BLOCK": 8,
+                 "RCB": reduce_step_blocks(rows, 8)}
+    budget = COMBINE_REGISTERS[mode]
+    used = _resources(_build(ck.combine, POINTERS["combine"], constants, budget).asm["cubin"])
+    assert used["REG"] <= budget and used["STACK"] <= 64, used
 
 
 def _tile_layouts(ttgir: str, shape: str) -> list[tuple[list[int], list[int], list[int]]]:

@@ -54,8 +54,10 @@ MIN_TILE_BLOCKS = NUM_WARPS * 32 * 16 // wire.BLOCK_BYTES
 # Registers per thread the combine kernel may use, by sync mode. Left to itself, ptxas gave the `sw`
 # kernel 85 and kept fewer of a reducer's row loads in flight; allowed 128 it took 108, and its
 # reducers under 24 SMs at 4096 tokens finished in 603-609 µs instead of 1076 (W = 1, H200). The
-# tff / sp kernels need 225-245: capped at 128 or 192 they spilled and got slower.
-COMBINE_REGISTERS = {"sw": 128}
+# tff kernel takes 222 left to itself (one program per SM); at 128 it keeps 16 bytes on the stack
+# and two programs fit: its 4096-token source combine took 483 µs instead of 643. The sp kernel
+# (245) spills hundreds of bytes at 128: left alone.
+COMBINE_REGISTERS = {"sw": 128, "tff": 128}
 # Programs per group: lower ids are scheduled first and never wait on higher ones, so a grid larger
 # than the GPU holds at once still completes.
 MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256

@@ -189,15 +189,18 @@ def take_tiles(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr,
     dt: tl.constexpr = wire_ptr.dtype.element_ty
     bits: tl.constexpr = dt.primitive_bitwidth
     if FE > 0:
-        want = flag_bits(epoch, BE, FE, bits).to(dt)
+        # any stale flag, as one reduction over the tile: ptxas fits this in the combine's
+        # 128-register budget with 16 bytes of stack; per-row sums of the tile needed 152
+        o = tl.arange(0, BE)[None, :]
+        want = tl.where(o < FE, flag_bits(epoch, BE, FE, bits), 0).to(dt)  # [1, BE]
+        check = (o < FE) & (_blocks(c, CB, U) < NB) & live
         values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
-        stale = _per_row(tl.sum((is_flag & in_row & (values != want)).to(tl.int32), 1), CB, U) > 0
-        while any_true(stale) & (now_ns() < deadline):
+        while (tl.max(((values != want) & check).to(tl.int32)) > 0) & (now_ns() < deadline):
             values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
-            stale = _per_row(tl.sum((is_flag & in_row & (values != want)).to(tl.int32), 1), CB,
-                             U) > 0
-        if any_true(stale):
-            report(err_addr, code, tl.max(tl.where(stale, peer, 0), 0), epoch)
+        stale = (values != want) & check
+        if tl.max(stale.to(tl.int32)) > 0:
+            peers = per_block_row(tl.zeros([U], dtype=tl.int32) + peer, CB, U)
+            report(err_addr, code, tl.max(tl.max(tl.where(stale, peers, 0), 1), 0), epoch)
     elif MODE == SP:
         values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
         stale = _sentinel_rows(values, SENTINEL, bits, CB, U) > 0
