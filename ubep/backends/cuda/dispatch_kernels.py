@@ -91,11 +91,13 @@ def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, 
 
 
 @triton.jit
-def _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD: tl.constexpr,
-              E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr):
-    """``base[s, l]``: the first receive row of source ``s``'s pairs for local expert ``l``
-    (``ubep.layout.row_base``); receive program 0 also writes ``tokens_per_expert``. Returns the
-    rows per local expert, ``[L_BLOCK]``."""
+def _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
+              W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr):
+    """``(total, base)``: the rows per local expert, ``[L_BLOCK]``, and ``base[s * L_BLOCK + l]``, the
+    first receive row of source ``s``'s pairs for local expert ``l`` (``ubep.layout.row_base``),
+    ``[W_BLOCK * L_BLOCK]``, kept in registers: a table in memory would cost its receivers a store,
+    a barrier and a load on the way to each row. Receive program 0 also writes
+    ``tokens_per_expert``."""
     s = tl.arange(0, W_BLOCK)[:, None]
     loc = tl.arange(0, L_BLOCK)[None, :]
     valid = (s < WORLD) & (loc < E_LOCAL)
@@ -104,12 +106,10 @@ def _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD: tl.const
     start = tl.where(capacity > 0, tl.arange(0, L_BLOCK).to(tl.int64) * capacity,
                      tl.cumsum(total, 0) - total)
     base = start[None, :] + tl.cumsum(counts, 0) - counts
-    tl.store(base_ptr + s * E_LOCAL + loc, base, mask=valid)
     if j == 0:
         lanes = tl.arange(0, L_BLOCK)
         tl.store(tpe_ptr + lanes, total, mask=lanes < E_LOCAL)
-    tl.debug_barrier()  # the table is read back by this program's threads
-    return total
+    return total, tl.reshape(base, [W_BLOCK * L_BLOCK])
 
 
 @triton.jit
@@ -135,12 +135,13 @@ def _zero_padding(out_w_ptr, recv_w_ptr, total, j, n_recv, capacity, E_LOCAL: tl
 
 
 @triton.jit
-def _receive_rows(g, stage_local, route_local, count_local, rec_local, base_ptr, out_ptr, out_w_ptr,
+def _receive_rows(g, stage_local, route_local, count_local, rec_local, bases, out_ptr, out_w_ptr,
                   recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr,
-                  WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
-                  K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
-                  NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr,
-                  MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr):
+                  WORLD: tl.constexpr, E_LOCAL: tl.constexpr, L_BLOCK: tl.constexpr,
+                  TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr,
+                  BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
+                  CB: tl.constexpr, ROWS: tl.constexpr, MODE: tl.constexpr,
+                  SENTINEL: tl.constexpr, LIKE: tl.constexpr):
     """Items ``i = g * ROWS + u`` (``u < ROWS``; item ``i = s * T_max + t``: staged token ``t`` of
     source ``s``) into their receive rows. Adjacent tokens, which senders send at about the same
     time, are loaded as one tile, their route entries and rows' loads in flight together."""
@@ -166,7 +167,8 @@ def _receive_rows(g, stage_local, route_local, count_local, rec_local, base_ptr,
         info = tl.load(entry + 1, mask=asked, other=0)
         weights = (tl.load(entry + 2, mask=asked, other=0).to(tl.int32)).to(tl.float32, bitcast=True)
         here = asked & arrived[:, None] & (entry_epoch == epoch)
-        base = tl.load(base_ptr + s[:, None] * E_LOCAL + (info >> 32), mask=here, other=0)
+        at = tl.where(here, s[:, None] * L_BLOCK + (info >> 32).to(tl.int32), 0)
+        base = tl.reshape(tl.gather(bases, tl.reshape(at, [ROWS * K_BLOCK]), 0), (ROWS, K_BLOCK))
         rows = tl.where(here, base + (info & 0xFFFFFFFF), -1)
         tl.store(rows_ptr + pairs, rows, mask=valid[:, None] & kmask)
         tl.store(pair_w_ptr + pairs, tl.where(here, weights, 0.0), mask=valid[:, None] & kmask)
@@ -223,7 +225,7 @@ def _verify_role(s, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptr
 
 @triton.jit
 def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs, rec_ptrs, state_ptr,
-                  base_ptr, stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr,
+                  stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr,
                   pid, rank, slot, epoch, tokens_max, capacity, timeout_ns, err_addr, n_recv,
                   WORLD: tl.constexpr, E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr,
                   L_BLOCK: tl.constexpr,
@@ -242,19 +244,21 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
     if VERIFY:
         records.wait_verified(state_ptr, epoch, timeout_ns, err_addr, sync.WAIT_TOKENS, WORLD, W_BLOCK)
     sync.stamp(stamps_ptr, pid, 1, PROFILE)
-    if not LIKE:
-        total = _row_base(count_local, base_ptr, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL,
-                          W_BLOCK, L_BLOCK)
+    if LIKE:  # rows come from the handle
+        bases = tl.zeros([W_BLOCK * L_BLOCK], dtype=tl.int64)
+    else:
+        total, bases = _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL, W_BLOCK,
+                                 L_BLOCK)
     if REPLICATE:
         stage_local = symmetric_base(stage_ptrs, rank, x_ptr.dtype.element_ty)
         route_local = symmetric_base(route_ptrs, rank, tl.int64)
         rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
         g = j
         while g * RECV_ROWS < WORLD * tokens_max:
-            _receive_rows(g, stage_local, route_local, count_local, rec_local, base_ptr, out_ptr,
+            _receive_rows(g, stage_local, route_local, count_local, rec_local, bases, out_ptr,
                           out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max,
-                          timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB,
-                          NB_BLOCK, CB, RECV_ROWS, MODE, SENTINEL, LIKE)
+                          timeout_ns, err_addr, WORLD, E_LOCAL, L_BLOCK, TOP_K, K_BLOCK, HIDDEN, BE,
+                          FE, NB, NB_BLOCK, CB, RECV_ROWS, MODE, SENTINEL, LIKE)
             g += n_recv
         if not LIKE:  # after the rows: off their path
             _zero_padding(out_w_ptr, recv_w_ptr, total, j, n_recv, capacity, E_LOCAL, L_BLOCK)
@@ -266,7 +270,7 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
 @triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "capacity", "n_count", "n_send",
                               "n_recv", "n_writers"])
 def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs,
-             rec_ptrs, state_ptr, hist_ptr, flags_ptr, base_ptr, stamps_ptr, sent_ptr, out_ptr,
+             rec_ptrs, state_ptr, hist_ptr, flags_ptr, stamps_ptr, sent_ptr, out_ptr,
              out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, rank, tokens_max, capacity,
              timeout_ns, err_addr, n_count, n_send, n_recv, n_writers, WORLD: tl.constexpr,
              E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, TOP_K: tl.constexpr,
@@ -292,8 +296,8 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     ``route [2, W, T_max * K, 4]``, ``count [2, W, E_LOCAL + 1]``, ``sig [2, W]``,
     ``ack [W]``, ``rec [2, W, 2]`` (int64); ``state [records.state_words(W)]``: this buffer set's
     epoch words, counters and record sums (``sync``, ``records``); ``hist [N_BLOCK, E_BLOCK]`` int32 /
-    ``flags [N_BLOCK]`` int64: the count group's scratch (``counting``); ``base [W, E_LOCAL]``
-    scratch; ``stamps [programs, 4]`` int64 (``PROFILE``).
+    ``flags [N_BLOCK]`` int64: the count group's scratch (``counting``); ``stamps [programs, 4]`` int64
+    (``PROFILE``).
     Outputs: ``sent [W, T_max]`` int8, ``out [rows, H]``, ``out_w [rows]`` and the caller's copy
     ``recv_w [rows]`` (padded: 0 on padding rows), ``rows`` / ``pair_w [W, T_max, K]`` (int64 /
     fp32, -1 / 0 where a pair is not here), ``tpe [E_LOCAL]``.
@@ -336,14 +340,14 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                              RECORDS, PROFILE)
             else:
                 _receive_role(j - WORLD, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs,
-                              ack_ptrs, rec_ptrs, state_ptr, base_ptr, stamps_ptr, out_ptr, out_w_ptr,
+                              ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, out_ptr, out_w_ptr,
                               recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, pid, rank, slot, epoch,
                               tokens_max, capacity, timeout_ns, err_addr, n_recv, WORLD, E_LOCAL,
                               W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB,
                               RECV_ROWS, MODE, SENTINEL, LIKE, RECORDS, REPLICATE, VERIFY, FINAL, PROFILE)
         else:
             _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs, rec_ptrs,
-                          state_ptr, base_ptr, stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr,
+                          state_ptr, stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr,
                           pair_w_ptr, tpe_ptr, pid, rank, slot, epoch, tokens_max, capacity, timeout_ns,
                           err_addr, n_recv, WORLD, E_LOCAL, W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN,
                           BE, FE, NB, NB_BLOCK, CB, RECV_ROWS, MODE, SENTINEL, LIKE, RECORDS, REPLICATE,
