@@ -18,8 +18,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from ubep.backends.cuda import checksum, wire  # noqa: E402
 from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
-from ubep.backends.cuda.backend import (COMBINE_REGISTERS, NUM_WARPS, reduce_step_blocks,  # noqa: E402
-                                        row_meta, step_rows)
+from ubep.backends.cuda.backend import COMBINE_REGISTERS, NUM_WARPS, reduce_step_blocks, row_meta, step_rows  # noqa: E402
 
 MODES = list(wire.MODE_CODES)
 

@@ -184,7 +184,7 @@ def take_tiles(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr,
     ``sw``: one load (the record said the rows have landed); ``dc``: the same, then the markers
     decoded (the verify group matched the source's checksum).
     The loads bypass L1, which may hold lines from before the peer wrote."""
-    w_off, p_off, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB, U)
+    w_off, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB, U)
     in_row = (w_off < NB * BE) & live
     dt: tl.constexpr = wire_ptr.dtype.element_ty
     bits: tl.constexpr = dt.primitive_bitwidth
