@@ -17,3 +17,12 @@ def test_profile_writes_breakdown(tmp_path, capsys):
     assert rows[0] == "rank,phase,calls,median_us,min_us,max_us"
     assert any(r.startswith("1,dispatch: count exchange,3,") for r in rows)
     assert (tmp_path / "breakdown.png").stat().st_size > 5_000
+
+
+def test_profile_passes_an_sm_budget(tmp_path, capsys):
+    args = ["profile", "--ranks", "2", "--tokens", "8", "--hidden", "16", "--experts", "4",
+            "--top-k", "2", "--iters", "1", "--num-sms", "6", "--out", str(tmp_path)]
+    assert main(args) == 0
+    assert "num_sms=6" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(args[:-4] + ["--num-sms", "0"])

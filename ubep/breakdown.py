@@ -38,6 +38,7 @@ class ProfileOptions:
     maxvio: float = 0.0
     iters: int = 10
     warmup: int = 2
+    num_sms: int | None = None
     pg_backend: str = "gloo"
 
 
@@ -48,7 +49,8 @@ def profile_rank(rank: int, world_size: int, opts: ProfileOptions) -> dict:
         else torch.device("cpu")
     buf = Buffer(hidden=opts.hidden, num_experts=opts.experts, top_k=opts.top_k,
                  max_tokens_per_rank=opts.tokens, dtype=opts.dtype, backend=opts.backend,
-                 layout=opts.layout, sync=opts.sync, profile=True, check_inputs=False)
+                 layout=opts.layout, sync=opts.sync, num_sms=opts.num_sms, profile=True,
+                 check_inputs=False)
     gen = torch.Generator().manual_seed(rank)
     idx = skewed_topk(opts.tokens, opts.experts, opts.top_k, maxvio=opts.maxvio,
                       generator=gen).to(device)
@@ -141,7 +143,8 @@ def run_profile(opts: ProfileOptions, out: Path) -> int:
     per_rank = [r["phases"] for r in results]
     dt = str(opts.dtype).removeprefix("torch.")
     title = (f"{opts.ranks} ranks, {opts.tokens} tokens, hidden {opts.hidden}, {opts.experts} "
-             f"experts, top-{opts.top_k}, {dt}, {opts.layout}, reduce={opts.reduce}")
+             f"experts, top-{opts.top_k}, {dt}, {opts.layout}, reduce={opts.reduce}"
+             + (f", num_sms={opts.num_sms}" if opts.num_sms else ""))
     print(title)
     for rank, samples in enumerate(per_rank):
         print(f"\nrank {rank}")

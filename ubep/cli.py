@@ -69,6 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     _shape_options(prof, tokens=256)
     prof.add_argument("--maxvio", type=float, default=0.0, help="routing skew: max/mean load - 1")
     prof.add_argument("--iters", type=_positive, default=10, help="timed calls after 2 warm-up")
+    prof.add_argument("--num-sms", type=_positive, default=None,
+                      help="cuda backend: SM budget, at most this many thread blocks per launch "
+                      "(default: the backend's own caps)")
     prof.add_argument("--pg", choices=("gloo", "nccl"), default="gloo",
                       help="process-group backend (nccl: one GPU per rank)")
     prof.add_argument("--out", default="ubep-profile-out", help="folder for the CSV and PNG")
@@ -112,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             ranks=args.ranks, tokens=args.tokens, hidden=args.hidden, experts=args.experts,
             top_k=args.top_k, dtype=DTYPE_NAMES[args.dtype], layout=args.layout,
             reduce=args.reduce, backend=args.backend, sync=args.sync, maxvio=args.maxvio,
-            iters=args.iters, pg_backend=args.pg), Path(args.out))
+            iters=args.iters, num_sms=args.num_sms, pg_backend=args.pg), Path(args.out))
     if args.command == "simulate":
         try:
             from ubep.sim.cli import run_simulate
