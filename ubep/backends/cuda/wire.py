@@ -189,8 +189,10 @@ def take_tiles(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr,
     dt: tl.constexpr = wire_ptr.dtype.element_ty
     bits: tl.constexpr = dt.primitive_bitwidth
     if FE > 0:
-        # any stale flag, as one reduction over the tile: ptxas fits this in the combine's
-        # 128-register budget with 16 bytes of stack; per-row sums of the tile needed 152
+        # any stale flag, as one reduction over the tile, with the flag columns and the live
+        # block-rows as a [1, BE] and a [U * CB, 1] mask: ptxas then fits the combine in its
+        # 128-register budget with 16 bytes of stack (per-row sums: 152; the masks as whole
+        # tiles, is_flag & in_row: 128)
         o = tl.arange(0, BE)[None, :]
         want = tl.where(o < FE, flag_bits(epoch, BE, FE, bits), 0).to(dt)  # [1, BE]
         check = (o < FE) & (_blocks(c, CB, U) < NB) & live
