@@ -6,7 +6,8 @@
 # the others' time; a GPU test case costs 10-60 s (processes, NCCL, Triton compiles; the low end with
 # a warm Triton cache, TRITON_CACHE_DIR), so `exact` takes about 6 minutes cold and `stress` about 3
 # (on a machine lent for 10-minute calls: one part per call; the whole benchmark needs LIMIT_S=590). Logs go to $OUT (default bench-out), one per group.
-# Needs 2 or more GPUs of one host; NVLink multicast stays off.
+# Meant for 2 or more GPUs of one host; on fewer GPUs than a test has ranks, the cuda backend's ranks
+# share GPU 0 (tests/shared_gpu.py): the protocol is checked, NVLink is not. NVLink multicast stays off.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

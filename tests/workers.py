@@ -126,16 +126,19 @@ def with_sentinel(x_TH: torch.Tensor) -> torch.Tensor:
 def run_case(rank: int, world_size: int, case: Case) -> dict:
     """Dispatch, combine (both reductions, weighted or not) and gradients, checked bit for bit.
 
-    On an NCCL group the rank works on its CUDA device; the oracle stays on the CPU.
+    On an NCCL group, or with the cuda backend, the rank works on its CUDA device; the oracle stays
+    on the CPU.
     """
     dtype = DTYPES[case.dtype]
     inputs = [case_inputs(case, s) for s in range(world_size)]
     xs, idxs, ws = (list(v) for v in zip(*inputs, strict=True))
     max_tokens = case.max_tokens or max(max(case.tokens), 1)
+    cuda = torch.device("cuda", torch.cuda.current_device()) if case.backend == "cuda" else None
     buf = ubep.Buffer(hidden=case.hidden, num_experts=case.num_experts, top_k=case.top_k,
                       max_tokens_per_rank=max_tokens, dtype=dtype, layout=case.layout,
                       profile=True, timeout_s=30 if case.backend == "cuda" else 60,
-                      backend=case.backend, sync=case.sync, num_sms=case.num_sms)
+                      backend=case.backend, sync=case.sync, num_sms=case.num_sms,
+                      device=cuda)
     cfg = buf.config
     x, idx, w = (t.to(buf.device) for t in inputs[rank])
     x = x.clone().requires_grad_(case.grads)
@@ -237,7 +240,7 @@ def graph_replay_case(rank: int, world_size: int, sync: str) -> None:
                 maxvio=1.0)
     buf = ubep.Buffer(hidden=case.hidden, num_experts=case.num_experts, top_k=case.top_k,
                       max_tokens_per_rank=24, dtype=torch.bfloat16, layout="padded",
-                      backend="cuda", sync=sync, check_inputs=False, timeout_s=20)
+                      backend="cuda", sync=sync, check_inputs=False, timeout_s=20, device=dev)
     x, idx, w = (t.to(dev) for t in case_inputs(case, rank))
 
     def step():
@@ -273,7 +276,7 @@ def stress_case(rank: int, world_size: int, sync: str, layout: str, iters: int, 
     experts, top_k = 8 * world_size, 4
     buf = ubep.Buffer(hidden=hidden, num_experts=experts, top_k=top_k, max_tokens_per_rank=tm,
                       dtype=torch.bfloat16, layout=layout, sync=sync, backend="cuda",
-                      check_inputs=False, timeout_s=20)
+                      check_inputs=False, timeout_s=20, device=dev)
     variants = []
     for v in range(4):
         # from 0 to tm, odd counts too; rank 1 sends tm in set 2
@@ -312,7 +315,8 @@ def timeout_case(rank: int, world_size: int, sync: str) -> str:
     """Rank 0 dispatches alone: its wait for rank 1 must end in an EPCommError, not a hang."""
     dev = torch.device("cuda", torch.cuda.current_device())
     buf = ubep.Buffer(hidden=64, num_experts=4, top_k=2, max_tokens_per_rank=8,
-                      dtype=torch.bfloat16, layout="padded", backend="cuda", sync=sync, timeout_s=1)
+                      dtype=torch.bfloat16, layout="padded", backend="cuda", sync=sync, timeout_s=1,
+                      device=dev)
     message = ""
     if rank == 0:
         idx = torch.tensor([[0, 3]] * 8, device=dev)
@@ -335,7 +339,7 @@ def sentinel_case(rank: int, world_size: int, layout: str, iters: int) -> None:
     experts, hidden, top_k, tm = 4 * world_size, 264, 2, 24
     buf = ubep.Buffer(hidden=hidden, num_experts=experts, top_k=top_k, max_tokens_per_rank=tm,
                       dtype=torch.bfloat16, layout=layout, sync="sp", backend="cuda",
-                      check_inputs=False, timeout_s=20)
+                      check_inputs=False, timeout_s=20, device=dev)
     variants = []
     for v in range(2):
         case = Case(tokens=(tm,) * world_size, hidden=hidden, num_experts=experts, top_k=top_k, seed=v)
