@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Everything this project checks on a GPU machine: the GPU tests (bit for bit against the oracle,
 # stress, timeouts, CUDA graphs, wire images, profiling), then the side-by-side benchmark.
-#   benchmarks/run_gpu_checks.sh [part ...]     parts: exact, stress, bench (default: all three)
+#   benchmarks/run_gpu_checks.sh [part ...]     parts: exact, worlds, stress, bench (default: all)
+# exact: wire images, launches, and tests/test_cuda.py at W = 1 and 2 but the stress test; worlds:
+# the oracle matrix at W = 4 and 8; stress: the 2000-call stress tests; bench: bench_ep.py.
 # Each group runs under its own time limit (LIMIT_S, default 300 s), so one stuck group cannot use up
-# the others' time; a GPU test case costs 10-60 s (processes, NCCL, Triton compiles; the low end with
-# a warm Triton cache, TRITON_CACHE_DIR), so `exact` takes about 6 minutes cold and `stress` about 3
-# (on a machine lent for 10-minute calls: one part per call; the whole benchmark needs LIMIT_S=590). Logs go to $OUT (default bench-out), one per group.
+# the others' time; a GPU test case costs 10-120 s (processes, NCCL, Triton compiles; the low end with
+# a warm Triton cache, TRITON_CACHE_DIR). Where pytest-xdist is installed the tests run in 3 workers
+# (PYTEST_WORKERS); measured on one H200 with the ranks sharing it: `exact` and `worlds` together
+# 403 s with 3 workers, `stress` 160 s with 4 (on a machine lent for 10-minute calls: one part per
+# call; the whole benchmark needs LIMIT_S=590).
+# Logs go to $OUT (default bench-out), one per group.
 # Meant for 2 or more GPUs of one host; on fewer GPUs than a test has ranks, the cuda backend's ranks
 # share GPU 0 (tests/shared_gpu.py): the protocol is checked, NVLink is not. NVLink multicast stays off.
 set -uo pipefail
@@ -26,19 +31,26 @@ run() {  # run NAME COMMAND...: under the time limit, log to $out/NAME.log, summ
   [ "$rc" -eq 0 ] || status=1
 }
 
+workers=()
+if python3 -c "import xdist" 2>/dev/null; then
+  workers=(-n "${PYTEST_WORKERS:-3}")
+fi
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(exact stress bench)
+[ ${#parts[@]} -gt 0 ] || parts=(exact worlds stress bench)
 for part in "${parts[@]}"; do
   case $part in
     exact)
-      run wire python3 -m pytest -q -rf tests/test_cuda_wire.py tests/test_cuda_launcher.py
-      run exact python3 -m pytest -q -rf tests/test_cuda.py -k "not stress" ;;
+      run wire python3 -m pytest -q -rf "${workers[@]}" tests/test_cuda_wire.py tests/test_cuda_launcher.py
+      run exact python3 -m pytest -q -rf "${workers[@]}" tests/test_cuda.py \
+        -k "not stress and not 4-cuda and not 8-cuda" ;;
+    worlds)
+      run worlds python3 -m pytest -q -rf "${workers[@]}" tests/test_cuda.py -k "4-cuda or 8-cuda" ;;
     stress)
-      run stress python3 -m pytest -q -rf tests/test_cuda.py -k stress ;;
+      run stress python3 -m pytest -q -rf "${workers[@]}" tests/test_cuda.py -k stress ;;
     bench)
       run bench env PYTHONPATH=. python3 benchmarks/bench_ep.py --vdev --out "$out/bench" ;;
     *)
-      echo "unknown part '$part' (exact, stress, bench)" >&2
+      echo "unknown part '$part' (exact, worlds, stress, bench)" >&2
       exit 2 ;;
   esac
 done
