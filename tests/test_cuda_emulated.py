@@ -120,3 +120,12 @@ def test_two_count_programs_split_the_pairs(monkeypatch):
                 drop=0.1, seed=5, sync="sw")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     run_ranks(emulated_case, 1, case, 2, timeout_s=600)
+
+
+def test_the_first_timeout_report_survives(monkeypatch):
+    """Later timed-out waits (those of calls queued behind the first failure) leave the rank's
+    error word as the first one wrote it, so the error names the cause."""
+    from tests.cuda_sync import first_report_survives
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    run_ranks(first_report_survives, 1, timeout_s=600)

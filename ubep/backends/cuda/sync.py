@@ -81,13 +81,15 @@ def load_acquire(ptrs):
 
 @triton.jit
 def report(err_addr, code, peer, epoch):
-    """Record a timed-out wait in the host error word ``[code, peer, epoch]`` (any one of several
-    concurrent reports survives; each names a real failure)."""
+    """Record a timed-out wait in the host error word ``[code, peer, epoch]``, unless a wait of this
+    rank has timed out before: the first timeout is the cause, and the waits of the calls queued
+    behind it time out in turn (reports at the same moment may race; each names a real failure)."""
     err = err_addr.to(tl.pointer_type(tl.int64))
-    zero = tl.zeros([], dtype=tl.int64)  # peer and code may be compile-time ints
-    tl.store(err + 1, zero + peer)
-    tl.store(err + 2, epoch)
-    tl.store(err, zero + code)
+    if tl.load(err, volatile=True) == 0:
+        zero = tl.zeros([], dtype=tl.int64)  # peer and code may be compile-time ints
+        tl.store(err + 1, zero + peer)
+        tl.store(err + 2, epoch)
+        tl.store(err, zero + code)
 
 
 @triton.jit

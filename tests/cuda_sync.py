@@ -1,0 +1,25 @@
+"""Checks of the CUDA backend's synchronization helpers (``ubep.backends.cuda.sync``) through
+Triton's interpreter on the CPU, each a rank function of ``ubep.launch.run_ranks`` run in a process
+whose environment had ``TRITON_INTERPRET=1`` before Triton was imported
+(tests/test_cuda_emulated.py)."""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from ubep.backends.cuda import sync
+
+
+@triton.jit
+def _timed_out(err_addr, code, peer, epoch):
+    sync.report(err_addr, code, peer, epoch)
+
+
+def first_report_survives(_rank: int, _world: int) -> None:
+    """Two timed-out waits in a row (the second one of a call queued behind the first) report into
+    the host error word: the first report is kept whole."""
+    errors = torch.zeros(3, dtype=torch.int64)
+    _timed_out[(1,)](errors.data_ptr(), sync.WAIT_COUNTS.value, 1, 7)
+    _timed_out[(1,)](errors.data_ptr(), sync.WAIT_ROWS.value, 0, 8)
+    assert errors.tolist() == [sync.WAIT_COUNTS.value, 1, 7], errors
