@@ -23,3 +23,18 @@ def first_report_survives(_rank: int, _world: int) -> None:
     _timed_out[(1,)](errors.data_ptr(), sync.WAIT_COUNTS.value, 1, 7)
     _timed_out[(1,)](errors.data_ptr(), sync.WAIT_ROWS.value, 0, 8)
     assert errors.tolist() == [sync.WAIT_COUNTS.value, 1, 7], errors
+
+
+@triton.jit
+def _wait_never_met(word_ptr, timeout_ns, err_addr):
+    sync.wait_words(word_ptr, 1, 1, 1, timeout_ns, err_addr, sync.WAIT_ROWS, 8, 1, 1, 1, False)
+
+
+def queued_wait_gives_up(_rank: int, _world: int) -> None:
+    """A wait for a word, of a rank that has already timed out (a call queued behind the failure),
+    gives up after ``GIVE_UP_POLLS`` polls, not at its own deadline (here never: the interpreter's
+    clock reads 0), and leaves the first report as it is."""
+    errors = torch.tensor([sync.WAIT_COUNTS.value, 1, 7])
+    never = torch.zeros(1, dtype=torch.int64)
+    _wait_never_met[(1,)](never, 2**62, errors.data_ptr())
+    assert errors.tolist() == [sync.WAIT_COUNTS.value, 1, 7], errors

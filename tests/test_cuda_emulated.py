@@ -129,3 +129,12 @@ def test_the_first_timeout_report_survives(monkeypatch):
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     run_ranks(first_report_survives, 1, timeout_s=600)
+
+
+def test_a_wait_gives_up_once_its_rank_has_timed_out(monkeypatch):
+    """A wait for words (records, acks, counts) of a call queued behind a failure gives up within
+    a bounded number of polls, instead of waiting out a whole timeout (``sync.still_due``)."""
+    from tests.cuda_sync import queued_wait_gives_up
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    run_ranks(queued_wait_gives_up, 1, timeout_s=120)

@@ -24,7 +24,10 @@ is visible to a reader that has seen the word through an acquire load:
 
 Every wait reads ``%globaltimer`` and gives up after ``timeout_ns``: it writes ``(phase code, peer,
 epoch)`` into an error word in pinned host memory, which the host checks without synchronizing
-(:data:`PHASES` names the codes), and lets the kernel finish, so no rank ever hangs.
+(:data:`PHASES` names the codes), and lets the kernel finish, so no rank ever hangs. The waits for
+words (records, acks, counts) and ``dc``'s verifiers also give up early once an earlier wait of the
+rank has timed out (:func:`still_due`); the row waits of ``wire.take_tiles`` do not yet (ptxas kept
+24 more bytes on the stack of the budgeted ``tff`` combine with the check in its poll loop).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ PHASES = {
 WAIT_COUNTS, WAIT_TOKENS, WAIT_DISPATCH_SLOT, WAIT_ROWS, WAIT_COMBINE_SLOT = (
     tl.constexpr(code) for code in PHASES)
 _MAX_PROGRAMS = tl.constexpr(MAX_PROGRAMS)
+GIVE_UP_POLLS = tl.constexpr(1024)  # polls between a wait's looks at the host error word (a power of 2)
 
 
 @triton.jit
@@ -93,6 +97,20 @@ def report(err_addr, code, peer, epoch):
 
 
 @triton.jit
+def still_due(deadline, err_addr):
+    """A wait's ``deadline`` (ns) after one more poll: 1 ns earlier, so that it counts the polls
+    (no counter to keep in registers), or 0 once an earlier wait of this rank has timed out. Every
+    ``GIVE_UP_POLLS``-th poll looks at the host error word: the calls queued behind a failure then
+    fail in at most that many polls each instead of a whole timeout, and most short waits never
+    read host memory."""
+    deadline -= 1
+    if (deadline & (GIVE_UP_POLLS - 1)) == 0:  # noqa: SIM102 (nested: only these polls load the host word)
+        if tl.load(err_addr.to(tl.pointer_type(tl.int64)), volatile=True) != 0:
+            deadline = tl.zeros_like(deadline)
+    return deadline
+
+
+@triton.jit
 def call_epoch(state_ptr, pid):
     """The epoch of the call this launch belongs to."""
     return tl.load(state_ptr + pid) + 1
@@ -128,6 +146,7 @@ def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, co
     pending = _pending(load_acquire(ptrs), target, valid, AT_LEAST)
     while (tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0) & (now_ns() < deadline):
         pending = _pending(load_acquire(ptrs), target, valid, AT_LEAST)
+        deadline = still_due(deadline, err_addr)
     if tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0:
         peer = tl.min(tl.min(tl.where(pending, s, W_BLOCK), 1), 0)
         report(err_addr, code, peer, epoch)

@@ -76,6 +76,7 @@ def verify_staged(s, stage_local, route_local, count_local, rows_ptr, rec_local,
         pending = _staged_differs(s, stage_local, route_local, count_local, rows_ptr, rec_local,
                                   slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, BE, NB,
                                   NB_BLOCK, LIKE)
+        deadline = sync.still_due(deadline, err_addr)
     if pending:
         sync.report(err_addr, sync.WAIT_TOKENS, s, epoch)
     records.mark_verified(state_ptr, s, epoch, WORLD)
@@ -126,6 +127,7 @@ def verify_returned(p, back_local, rec_local, state_ptr, idx_ptr, sent_ptr, num_
         pending = _returned_differs(p, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, slot,
                                     epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, NB, NB_BLOCK,
                                     PARTIAL)
+        deadline = sync.still_due(deadline, err_addr)
     if pending:
         sync.report(err_addr, sync.WAIT_ROWS, p, epoch)
     records.mark_verified(state_ptr, p, epoch, WORLD)
