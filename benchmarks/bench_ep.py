@@ -253,7 +253,7 @@ def main() -> int:
     p.add_argument("--layouts", nargs="+", default=["compact", "padded"])
     p.add_argument("--backends", nargs="+", default=["reference", "cuda"],
                    help="the reference comes first: its handle counts the bytes")
-    p.add_argument("--syncs", nargs="+", default=["sw", "tff", "sp"],
+    p.add_argument("--syncs", nargs="+", default=["sw", "tff", "dc", "sp"],
                    help="sync modes of the cuda backend")
     p.add_argument("--num-sms", type=int, nargs="+", default=[0],
                    help="SM budgets of the cuda backend (Buffer num_sms; 0: its fixed group caps)")

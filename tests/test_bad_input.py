@@ -93,13 +93,13 @@ def test_cuda_backend_limits_are_checked_first(single_rank_group):
                     max_tokens_per_rank=T)
     with pytest.raises(ValueError, match="sync must be one of"):
         ubep.Buffer(single_rank_group, hidden=H, backend="cuda", sync="flag", **common)
-    with pytest.raises(ValueError, match="sync must be one of .* for backend='cuda' \\(dc runs on"):
-        ubep.Buffer(single_rank_group, hidden=H, backend="cuda", sync="dc", **common)
+    with pytest.raises(ValueError, match="num_sms must be >= 4 for backend='cuda' with sync='dc'"):
+        ubep.Buffer(single_rank_group, hidden=H, backend="cuda", sync="dc", num_sms=3, **common)
     with pytest.raises(ValueError, match="num_sms must be >= 3 for backend='cuda' with sync='sp'"):
         ubep.Buffer(single_rank_group, hidden=H, backend="cuda", sync="sp", num_sms=2, **common)
-    for sync in ("sw", "tff", "sp"):  # every mode passes the sync check, up to the device one
+    for sync in ("sw", "tff", "sp", "dc"):  # every mode passes the sync check, up to the device one
         with pytest.raises(ValueError, match="needs CUDA tensors"):
-            ubep.Buffer(single_rank_group, hidden=H, backend="cuda", sync=sync, num_sms=3, **common)
+            ubep.Buffer(single_rank_group, hidden=H, backend="cuda", sync=sync, num_sms=4, **common)
 
 
 def test_buffer_rejects(single_rank_group):

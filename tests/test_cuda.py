@@ -15,11 +15,10 @@ import torch
 from tests.shared_gpu import run_on_gpus
 from tests.test_dispatch_combine import cases_for
 from tests.workers import graph_replay_case, run_cases, sentinel_case, stress_case, timeout_case
-from ubep.buffer import CUDA_SYNC_MODES
+from ubep.config import SYNC_MODES
 
 pytestmark = pytest.mark.cuda
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
-SYNC_MODES = list(CUDA_SYNC_MODES)
 needs_cuda = pytest.mark.skipif(GPUS < 1, reason="needs a CUDA device")
 
 

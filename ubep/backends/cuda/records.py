@@ -87,6 +87,12 @@ def publish(state_ptr, n_senders, rec_ptrs, acc_a, acc_b, acc_n, slot, rank, epo
 
 
 @triton.jit
+def arrived(rec_local, slot, source, epoch, WORLD: tl.constexpr):
+    """``dc``: whether this rank's record of ``source`` reads call ``epoch`` (one volatile load)."""
+    return tl.load(rec_local + (slot * WORLD + source) * 2, volatile=True) == epoch
+
+
+@triton.jit
 def differs(rec_local, slot, source, epoch, lane_a, lane_b, blocks, WORLD: tl.constexpr):
     """``dc``: whether this rank's record of ``source`` does not (yet) read ``(epoch, checksum)`` for
     the lanes and block count a receiver computed over the markers it holds (volatile loads)."""

@@ -3,7 +3,10 @@
 A ``dc`` batch arrives all at once: verifier ``s`` recomputes the checksum lanes over the markers
 this rank holds from source ``s`` (``checksum.wire_lanes``, ``T_CHUNK`` rows per step) until they
 match ``s``'s record, then marks ``s`` verified (``records``); every receiver waits for all ``W``
-verifiers before it copies. A program may wait only for peers and for programs of lower id in its
+verifiers before it copies. Until the record reads this call's epoch a poll reads just that word
+and no rows: a verifier waiting for a peer that has not started then spins on one load instead of
+the whole batch (with two processes sharing a GPU, such a kernel kept the GPU from the other
+process for a whole timeout, measured; see docs/CUDA.md). A program may wait only for peers and for programs of lower id in its
 launch (a GPU need not hold every program of a grid at once, and schedules lower ids first), so the
 ``W`` verifiers are programs of their own, with ids below every receiver's, and wait only for peers.
 The verifier knows the rows without asking the sender:
@@ -39,6 +42,7 @@ def _staged_differs(s, stage_local, route_local, count_local, rows_ptr, rec_loca
         num = tokens_max
     else:
         num = tl.load(count_local + (slot * WORLD + s) * (E_LOCAL + 1) + E_LOCAL).to(tl.int32)
+    num = tl.where(records.arrived(rec_local, slot, s, epoch, WORLD), num, 0)  # see the module doc
     lane_a = tl.zeros([], dtype=tl.uint32)
     lane_b = tl.zeros([], dtype=tl.uint32)
     blocks = tl.zeros([], dtype=tl.int32)
@@ -93,15 +97,16 @@ def _returned_differs(p, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, s
     lane_a = tl.zeros([], dtype=tl.uint32)
     lane_b = tl.zeros([], dtype=tl.uint32)
     blocks = tl.zeros([], dtype=tl.int32)
+    num = tl.where(records.arrived(rec_local, slot, p, epoch, WORLD), num_tokens, 0)
     start = 0
-    while start < num_tokens:
+    while start < num:
         t = start + tl.arange(0, T_CHUNK)
         if PARTIAL:
-            sent = tl.load(sent_ptr + p * tokens_max + t, mask=t < num_tokens, other=0) != 0
+            sent = tl.load(sent_ptr + p * tokens_max + t, mask=t < num, other=0) != 0
             rows = tl.where(sent, p * tokens_max + t, -1)
         else:
             ks = tl.arange(0, K_BLOCK)[None, :]
-            valid = (t[:, None] < num_tokens) & (ks < TOP_K)
+            valid = (t[:, None] < num) & (ks < TOP_K)
             ids = tl.load(idx_ptr + t[:, None] * TOP_K + ks, mask=valid, other=-1)
             mine = (ids >= 0) & (ids // E_LOCAL == p)
             rows = tl.reshape(tl.where(mine, t[:, None] * TOP_K + ks, -1), [T_CHUNK * K_BLOCK])
