@@ -14,7 +14,14 @@ import torch
 
 from tests.shared_gpu import run_on_gpus
 from tests.test_dispatch_combine import cases_for
-from tests.workers import graph_replay_case, run_cases, sentinel_case, stress_case, timeout_case
+from tests.workers import (
+    dead_peer_combine_case,
+    graph_replay_case,
+    run_cases,
+    sentinel_case,
+    stress_case,
+    timeout_case,
+)
 from ubep.config import SYNC_MODES
 
 pytestmark = pytest.mark.cuda
@@ -58,6 +65,16 @@ def test_wait_times_out_with_a_clear_error(sync):
     assert "ubep rank 0: phase 'dispatch: wait for counts and routes'" in message, message
     assert "waiting on rank 1" in message and "did not complete within 1 s" in message, message
 
+
+@needs_cuda
+@pytest.mark.parametrize("sync", SYNC_MODES)
+def test_dead_peer_fails_a_combine_within_a_timeout(sync):
+    """A peer that dispatches and then never combines: the combine raises within a few timeouts of
+    1 s, where one per token a reducer takes would be 16 s."""
+    elapsed, message = run_on_gpus(dead_peer_combine_case, 2, sync, timeout_s=120)[0]
+    assert "ubep rank 0: phase 'combine: wait for rows'" in message, message
+    assert "waiting on rank 1" in message, message
+    assert 0 < elapsed < 6, f"{elapsed:.1f} s"
 
 @needs_cuda
 @pytest.mark.parametrize("sync", SYNC_MODES)

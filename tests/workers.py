@@ -6,6 +6,7 @@ outputs with ``ubep.oracle`` and compare locally; only a short summary travels b
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -328,6 +329,33 @@ def timeout_case(rank: int, world_size: int, sync: str) -> str:
             message = str(err)
     torch.distributed.barrier()
     return message
+
+
+def dead_peer_combine_case(rank: int, world_size: int, sync: str) -> tuple[float, str]:
+    """Rank 1 dispatches, then never combines. Rank 0's combine, 16 tokens per reducer (3 programs
+    a launch), must raise EPCommError; returns ``(seconds until it did, message)`` on rank 0 (-1:
+    it did not raise). A reducer's row waits share one deadline, so it gives up about once for all
+    of its tokens, not once per token."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    tokens = 48
+    buf = ubep.Buffer(hidden=64, num_experts=4, top_k=2, max_tokens_per_rank=tokens,
+                      dtype=torch.bfloat16, layout="compact", backend="cuda", sync=sync,
+                      timeout_s=1, num_sms=3 + (world_size if sync == "dc" else 0), device=dev)
+    idx = torch.tensor([[0, 3]] * tokens, device=dev)  # expert 3 is on rank 1
+    res = buf.dispatch(torch.ones(tokens, 64, dtype=torch.bfloat16, device=dev), idx,
+                       torch.ones(tokens, 2, device=dev))
+    buf.synchronize()
+    elapsed, message = 0.0, ""
+    if rank == 0:
+        start = time.perf_counter()
+        try:
+            buf.combine(res.recv_x, res.handle)
+            buf.synchronize()
+            elapsed = -1.0
+        except ubep.EPCommError as err:
+            elapsed, message = time.perf_counter() - start, str(err)
+    torch.distributed.barrier()
+    return elapsed, message
 
 
 def sentinel_case(rank: int, world_size: int, layout: str, iters: int) -> None:

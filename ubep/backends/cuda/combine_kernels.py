@@ -126,7 +126,7 @@ def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, 
 
 @triton.jit
 def _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slot, epoch, tokens_max,
-                  timeout_ns, err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
+                  deadline, err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
                   TOP_K: tl.constexpr, R_BLOCK: tl.constexpr, HIDDEN: tl.constexpr,
                   BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
                   RCB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr,
@@ -136,7 +136,7 @@ def _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slo
     are taken as one tile (their loads in flight together, each row checked), then each row's
     chunk is picked out of the tile in registers and summed in ascending order. Waiting for each
     row before loading the next cost one load latency per row; loading them again after the wait
-    read every row twice."""
+    read every row twice. ``deadline`` (ns) ends every row wait of the reducer's tokens."""
     ks = tl.arange(0, R_BLOCK)
     row_elems: tl.constexpr = NB * BE
     dt: tl.constexpr = y_ptr.dtype.element_ty
@@ -157,7 +157,6 @@ def _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slo
         slot_at = t * TOP_K + tile_rows(RCB, R_BLOCK)
     live_at = per_block_row(valid.to(tl.int32), RCB, R_BLOCK) != 0
     us = tl.arange(0, R_BLOCK)[:, None, None]
-    deadline = sync.now_ns() + timeout_ns
     for c in range(0, tl.cdiv(NB, RCB)):
         bits, p_off, is_payload = take_tiles(back_local + slot_at.to(tl.int64) * row_elems, c, epoch,
                                              deadline, err_addr, sync.WAIT_ROWS, peers, slot_at,
@@ -225,10 +224,13 @@ def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptr
     back_local = symmetric_base(back_ptrs, rank, out_bits_ptr.dtype.element_ty)
     back_local += (slot * rows_max) * (NB * BE)
     rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
+    # one deadline for all of this reducer's row waits: after a peer fails it gives up within one
+    # timeout, not one per token
+    deadline = sync.now_ns() + timeout_ns
     t = j
     while t < num_tokens:
         _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slot, epoch,
-                      tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, R_BLOCK, HIDDEN, BE, FE,
+                      tokens_max, deadline, err_addr, WORLD, E_LOCAL, TOP_K, R_BLOCK, HIDDEN, BE, FE,
                       NB, NB_BLOCK, RCB, MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER)
         t += n_recv
     sync.stamp(stamps_ptr, pid, 2, PROFILE)

@@ -136,7 +136,7 @@ def _zero_padding(out_w_ptr, recv_w_ptr, total, j, n_recv, capacity, E_LOCAL: tl
 
 @triton.jit
 def _receive_rows(g, stage_local, route_local, count_local, rec_local, bases, out_ptr, out_w_ptr,
-                  recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max, timeout_ns, err_addr,
+                  recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max, deadline, err_addr,
                   WORLD: tl.constexpr, E_LOCAL: tl.constexpr, L_BLOCK: tl.constexpr,
                   TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr,
                   BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
@@ -144,7 +144,8 @@ def _receive_rows(g, stage_local, route_local, count_local, rec_local, bases, ou
                   SENTINEL: tl.constexpr, LIKE: tl.constexpr):
     """Items ``i = g * ROWS + u`` (``u < ROWS``; item ``i = s * T_max + t``: staged token ``t`` of
     source ``s``) into their receive rows. Adjacent tokens, which senders send at about the same
-    time, are loaded as one tile, their route entries and rows' loads in flight together."""
+    time, are loaded as one tile, their route entries and rows' loads in flight together.
+    ``deadline`` (ns) ends every row wait of the receiver's items."""
     us = tl.arange(0, ROWS)
     ks = tl.arange(0, K_BLOCK)
     kmask = (ks < TOP_K)[None, :]
@@ -183,7 +184,6 @@ def _receive_rows(g, stage_local, route_local, count_local, rec_local, bases, ou
         wire_at = ((slot * WORLD + s_at) * tokens_max + items_at % tokens_max).to(tl.int64) * (NB * BE)
         live = per_block_row(needed.to(tl.int32), CB, ROWS) != 0
         t_rows = per_block_row(t, CB, ROWS)
-        deadline = sync.now_ns() + timeout_ns
         rec = rec_local + (slot * WORLD + s) * 2  # sp: each source's fallback record
         for c in range(0, tl.cdiv(NB, CB)):
             values, p_off, is_payload = take_tiles(stage_local + wire_at, c, epoch, deadline,
@@ -253,11 +253,14 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
         stage_local = symmetric_base(stage_ptrs, rank, x_ptr.dtype.element_ty)
         route_local = symmetric_base(route_ptrs, rank, tl.int64)
         rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
+        # one deadline for all of this receiver's row waits: after a peer fails it gives up within
+        # one timeout, not one per item group
+        deadline = sync.now_ns() + timeout_ns
         g = j
         while g * RECV_ROWS < WORLD * tokens_max:
             _receive_rows(g, stage_local, route_local, count_local, rec_local, bases, out_ptr,
                           out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max,
-                          timeout_ns, err_addr, WORLD, E_LOCAL, L_BLOCK, TOP_K, K_BLOCK, HIDDEN, BE,
+                          deadline, err_addr, WORLD, E_LOCAL, L_BLOCK, TOP_K, K_BLOCK, HIDDEN, BE,
                           FE, NB, NB_BLOCK, CB, RECV_ROWS, MODE, SENTINEL, LIKE)
             g += n_recv
         if not LIKE:  # after the rows: off their path

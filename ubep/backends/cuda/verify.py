@@ -6,9 +6,10 @@ match ``s``'s record, then marks ``s`` verified (``records``); every receiver wa
 verifiers before it copies. Until the record reads this call's epoch a poll reads just that word
 and no rows: a verifier waiting for a peer that has not started then spins on one load instead of
 the whole batch (with two processes sharing a GPU, such a kernel kept the GPU from the other
-process for a whole timeout, measured; see docs/CUDA.md). A program may wait only for peers and for programs of lower id in its
-launch (a GPU need not hold every program of a grid at once, and schedules lower ids first), so the
-``W`` verifiers are programs of their own, with ids below every receiver's, and wait only for peers.
+process for a whole timeout, measured; see docs/CUDA.md). A program may wait only for peers and
+for programs of lower id in its launch (a GPU need not hold every program of a grid at once, and
+schedules lower ids first), so the ``W`` verifiers are programs of their own, with ids below every
+receiver's, and wait only for peers.
 The verifier knows the rows without asking the sender:
 
 - dispatch (:func:`verify_staged`): staged row ``t`` of source ``s`` arrived when one of its pairs is
