@@ -35,6 +35,8 @@ CASES = [
          maxvio=1.0, seed=2, sync="dc"),
     Case(tokens=(6, 2), hidden=136, num_experts=4, top_k=2, dtype="fp32", layout="padded",
          sync="dc", drop=0.25, seed=3),
+    # dc batches that take a verifier several steps (16 tokens, or 32 returned rows, a step)
+    Case(tokens=(37, 20), hidden=16, num_experts=4, top_k=2, dtype="fp32", sync="dc", seed=8),
     Case(tokens=(5, 3), hidden=24, num_experts=8, top_k=2, dtype="fp32", sync="sp", drop=0.25),
     Case(tokens=(4, 0, 6), hidden=136, num_experts=6, top_k=3, dtype="fp16", layout="padded",
          sync="sp", seed=1),

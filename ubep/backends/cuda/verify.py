@@ -26,7 +26,11 @@ import triton.language as tl
 from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda import records, sync
 
-T_CHUNK = tl.constexpr(16)  # rows (or tokens) one step of a check reads
+T_CHUNK = tl.constexpr(16)  # tokens one step of a staged-rows check reads
+# Rows one step of a returned-rows check reads. In the combine kernel (W = 2, top-8, 7168 bf16,
+# ptxas for sm_90): 32 keep it at 196 registers and no stack, 64 take it to 245, 128 to 255 and
+# 1.7 KiB of stack per thread (BENCHMARKS.md, "Kernel resources").
+RETURNED_ROWS = tl.constexpr(32)
 
 
 @triton.jit
@@ -94,14 +98,15 @@ def _returned_differs(p, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, s
                       PARTIAL: tl.constexpr):
     """``dc``: whether the markers held from rank ``p`` do not match its record (yet). ``p`` sent
     row ``p * T_max + t`` for each token ``t`` that went to it (``PARTIAL``), else row ``t * K + k``
-    for each pair ``k`` of token ``t`` on one of its experts."""
+    for each pair ``k`` of token ``t`` on one of its experts. ``RETURNED_ROWS`` rows per step."""
+    STEP: tl.constexpr = RETURNED_ROWS if PARTIAL else RETURNED_ROWS // K_BLOCK  # K_BLOCK <= 16
     lane_a = tl.zeros([], dtype=tl.uint32)
     lane_b = tl.zeros([], dtype=tl.uint32)
     blocks = tl.zeros([], dtype=tl.int32)
     num = tl.where(records.arrived(rec_local, slot, p, epoch, WORLD), num_tokens, 0)
     start = 0
     while start < num:
-        t = start + tl.arange(0, T_CHUNK)
+        t = start + tl.arange(0, STEP)
         if PARTIAL:
             sent = tl.load(sent_ptr + p * tokens_max + t, mask=t < num, other=0) != 0
             rows = tl.where(sent, p * tokens_max + t, -1)
@@ -110,12 +115,12 @@ def _returned_differs(p, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, s
             valid = (t[:, None] < num) & (ks < TOP_K)
             ids = tl.load(idx_ptr + t[:, None] * TOP_K + ks, mask=valid, other=-1)
             mine = (ids >= 0) & (ids // E_LOCAL == p)
-            rows = tl.reshape(tl.where(mine, t[:, None] * TOP_K + ks, -1), [T_CHUNK * K_BLOCK])
+            rows = tl.reshape(tl.where(mine, t[:, None] * TOP_K + ks, -1), [STEP * K_BLOCK])
         a, b, n = ck.wire_lanes(back_local, rows, NB, NB_BLOCK)
         lane_a += a
         lane_b += b
         blocks += n
-        start += T_CHUNK
+        start += STEP
     return records.differs(rec_local, slot, p, epoch, lane_a, lane_b, blocks, WORLD)
 
 
