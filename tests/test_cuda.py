@@ -76,6 +76,7 @@ def test_dead_peer_fails_a_combine_within_a_timeout(sync):
     assert "waiting on rank 1" in message, message
     assert 0 < elapsed < 6, f"{elapsed:.1f} s"
 
+
 @needs_cuda
 @pytest.mark.parametrize("sync", SYNC_MODES)
 def test_padded_layout_replays_in_a_cuda_graph(sync):

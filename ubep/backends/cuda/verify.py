@@ -1,7 +1,7 @@
 """``dc`` verifiers: which rows each source sent this rank, and the poll until their checksum matches.
 
 A ``dc`` batch arrives all at once: verifier ``s`` recomputes the checksum lanes over the markers
-this rank holds from source ``s`` (``checksum.wire_lanes``, ``T_CHUNK`` rows per step) until they
+this rank holds from source ``s`` (``checksum.wire_lanes``, a few rows per step) until they
 match ``s``'s record, then marks ``s`` verified (``records``); every receiver waits for all ``W``
 verifiers before it copies. Until the record reads this call's epoch a poll reads just that word
 and no rows: a verifier waiting for a peer that has not started then spins on one load instead of
