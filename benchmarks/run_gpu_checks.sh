@@ -8,8 +8,10 @@
 # the others' time; a GPU test case costs 10-120 s (processes, NCCL, Triton compiles; the low end with
 # a warm Triton cache, TRITON_CACHE_DIR). Where pytest-xdist is installed the tests run in 3 workers
 # (PYTEST_WORKERS); measured on one H200 with the ranks sharing it: `exact` and `worlds` together
-# 403 s with 3 workers, `stress` 160 s with 4 (on a machine lent for 10-minute calls: one part per
-# call; the whole benchmark needs LIMIT_S=590).
+# 403 s with 3 workers, `stress` 160 s with 4, before `dc` joined the modes (on a machine lent for
+# 10-minute calls: one part per call; the whole benchmark needs LIMIT_S=590). `dc`'s stress at 7168
+# elements took about 0.23 s a call on one shared GPU (session 17), 8 minutes per layout: there, run
+# one layout per call, `python3 -m pytest tests/test_cuda.py -k "dc-padded-wide"` (then compact).
 # Logs go to $OUT (default bench-out), one per group.
 # Meant for 2 or more GPUs of one host; on fewer GPUs than a test has ranks, the cuda backend's ranks
 # share GPU 0 (tests/shared_gpu.py): the protocol is checked, NVLink is not. NVLink multicast stays off.
