@@ -87,19 +87,28 @@ def publish(state_ptr, n_senders, rec_ptrs, acc_a, acc_b, acc_n, slot, rank, epo
 
 
 @triton.jit
+def _read_once(ptr):
+    """The int64 at ``ptr``, read by one thread (a relaxed system-scope load: Triton lowers this
+    atomic add of 0 so) and shared with the program's other threads. A poll's branches and loop
+    counts follow it: a word each thread loads itself can change between warps, and warps that
+    then take different branches pair their barriers (the reductions' ones) wrongly."""
+    return tl.atomic_add(ptr, 0, sem="relaxed", scope="sys")
+
+
+@triton.jit
 def arrived(rec_local, slot, source, epoch, WORLD: tl.constexpr):
-    """``dc``: whether this rank's record of ``source`` reads call ``epoch`` (one volatile load)."""
-    return tl.load(rec_local + (slot * WORLD + source) * 2, volatile=True) == epoch
+    """``dc``: whether this rank's record of ``source`` reads call ``epoch``."""
+    return _read_once(rec_local + (slot * WORLD + source) * 2) == epoch
 
 
 @triton.jit
 def differs(rec_local, slot, source, epoch, lane_a, lane_b, blocks, WORLD: tl.constexpr):
     """``dc``: whether this rank's record of ``source`` does not (yet) read ``(epoch, checksum)`` for
-    the lanes and block count a receiver computed over the markers it holds (volatile loads)."""
+    the lanes and block count a receiver computed over the markers it holds."""
     rec = rec_local + (slot * WORLD + source) * 2
-    value = tl.load(rec + 1, volatile=True)
+    value = _read_once(rec + 1)
     want = ck.checksum(lane_a.to(tl.uint32), lane_b.to(tl.uint32), blocks, ck.digest(epoch))
-    return (tl.load(rec, volatile=True) != epoch) | (value != want)
+    return (_read_once(rec) != epoch) | (value != want)
 
 
 @triton.jit
