@@ -102,13 +102,14 @@ def arrived(rec_local, slot, source, epoch, WORLD: tl.constexpr):
 
 
 @triton.jit
-def differs(rec_local, slot, source, epoch, lane_a, lane_b, blocks, WORLD: tl.constexpr):
+def differs(rec_local, slot, source, epoch, has_arrived, lane_a, lane_b, blocks,
+            WORLD: tl.constexpr):
     """``dc``: whether this rank's record of ``source`` does not (yet) read ``(epoch, checksum)`` for
-    the lanes and block count a receiver computed over the markers it holds."""
-    rec = rec_local + (slot * WORLD + source) * 2
-    value = _read_once(rec + 1)
+    the lanes and block count a receiver computed over the markers it holds; ``has_arrived``: what
+    :func:`arrived` read at the start of that pass (the epoch word does not change within a call)."""
+    value = _read_once(rec_local + (slot * WORLD + source) * 2 + 1)
     want = ck.checksum(lane_a.to(tl.uint32), lane_b.to(tl.uint32), blocks, ck.digest(epoch))
-    return (_read_once(rec) != epoch) | (value != want)
+    return (has_arrived == 0) | (value != want)
 
 
 @triton.jit

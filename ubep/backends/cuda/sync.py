@@ -26,8 +26,8 @@ Every wait reads ``%globaltimer`` and gives up after ``timeout_ns``: it writes `
 epoch)`` into an error word in pinned host memory, which the host checks without synchronizing
 (:data:`PHASES` names the codes), and lets the kernel finish, so no rank ever hangs. The waits for
 words (records, acks, counts) and ``dc``'s verifiers also give up early once an earlier wait of the
-rank has timed out (:func:`still_due`); the row waits of ``wire.take_tiles`` do not yet
-(docs/CUDA.md, "Timeouts").
+rank has timed out (:func:`still_due`); a program's row waits (``wire.take_tiles``) share one
+deadline instead (docs/CUDA.md, "Timeouts").
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ def _staged_differs(s, stage_local, route_local, count_local, rows_ptr, rec_loca
         num = tokens_max
     else:
         num = tl.load(count_local + (slot * WORLD + s) * (E_LOCAL + 1) + E_LOCAL).to(tl.int32)
-    num = tl.where(records.arrived(rec_local, slot, s, epoch, WORLD), num, 0)  # see the module doc
+    has_arrived = records.arrived(rec_local, slot, s, epoch, WORLD)
+    num = tl.where(has_arrived, num, 0)  # see the module doc
     lane_a = tl.zeros([], dtype=tl.uint32)
     lane_b = tl.zeros([], dtype=tl.uint32)
     blocks = tl.zeros([], dtype=tl.int32)
@@ -67,7 +68,7 @@ def _staged_differs(s, stage_local, route_local, count_local, rows_ptr, rec_loca
         lane_b += b
         blocks += n
         start += T_CHUNK
-    return records.differs(rec_local, slot, s, epoch, lane_a, lane_b, blocks, WORLD)
+    return records.differs(rec_local, slot, s, epoch, has_arrived, lane_a, lane_b, blocks, WORLD)
 
 
 @triton.jit
@@ -103,7 +104,8 @@ def _returned_differs(p, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, s
     lane_a = tl.zeros([], dtype=tl.uint32)
     lane_b = tl.zeros([], dtype=tl.uint32)
     blocks = tl.zeros([], dtype=tl.int32)
-    num = tl.where(records.arrived(rec_local, slot, p, epoch, WORLD), num_tokens, 0)
+    has_arrived = records.arrived(rec_local, slot, p, epoch, WORLD)
+    num = tl.where(has_arrived, num_tokens, 0)
     start = 0
     while start < num:
         t = start + tl.arange(0, STEP)
@@ -121,7 +123,8 @@ def _returned_differs(p, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, s
         lane_b += b
         blocks += n
         start += STEP
-    return records.differs(rec_local, slot, p, epoch, lane_a, lane_b, blocks, WORLD)
+    return records.differs(rec_local, slot, p, epoch, has_arrived, lane_a, lane_b, blocks,
+                           WORLD)
 
 
 @triton.jit
