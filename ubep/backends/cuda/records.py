@@ -87,18 +87,9 @@ def publish(state_ptr, n_senders, rec_ptrs, acc_a, acc_b, acc_n, slot, rank, epo
 
 
 @triton.jit
-def _read_once(ptr):
-    """The int64 at ``ptr``, read by one thread (a relaxed system-scope load: Triton lowers this
-    atomic add of 0 so) and shared with the program's other threads. A poll's branches and loop
-    counts follow it: a word each thread loads itself can change between warps, and warps that
-    then take different branches pair their barriers (the reductions' ones) wrongly."""
-    return tl.atomic_add(ptr, 0, sem="relaxed", scope="sys")
-
-
-@triton.jit
 def arrived(rec_local, slot, source, epoch, WORLD: tl.constexpr):
     """``dc``: whether this rank's record of ``source`` reads call ``epoch``."""
-    return _read_once(rec_local + (slot * WORLD + source) * 2) == epoch
+    return sync.read_once(rec_local + (slot * WORLD + source) * 2, "relaxed") == epoch
 
 
 @triton.jit
@@ -107,7 +98,7 @@ def differs(rec_local, slot, source, epoch, has_arrived, lane_a, lane_b, blocks,
     """``dc``: whether this rank's record of ``source`` does not (yet) read ``(epoch, checksum)`` for
     the lanes and block count a receiver computed over the markers it holds; ``has_arrived``: what
     :func:`arrived` read at the start of that pass (the epoch word does not change within a call)."""
-    value = _read_once(rec_local + (slot * WORLD + source) * 2 + 1)
+    value = sync.read_once(rec_local + (slot * WORLD + source) * 2 + 1, "relaxed")
     want = ck.checksum(lane_a.to(tl.uint32), lane_b.to(tl.uint32), blocks, ck.digest(epoch))
     return (has_arrived == 0) | (value != want)
 

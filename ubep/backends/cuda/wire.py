@@ -34,7 +34,7 @@ import triton.language as tl
 
 from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda.kernels import any_true
-from ubep.backends.cuda.sync import load_acquire, now_ns, report
+from ubep.backends.cuda.sync import now_ns, read_once, report
 
 MODE_CODES = {"sw": 0, "tff": 1, "dc": 2, "sp": 3}
 SW, TFF, DC, SP = (tl.constexpr(MODE_CODES[m]) for m in ("sw", "tff", "dc", "sp"))
@@ -207,11 +207,13 @@ def take_tiles(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr,
         values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
         stale = _sentinel_rows(values, SENTINEL, bits, CB, U) > 0
         if any_true(stale):  # checked at least once more, after the record (the interpreter checks once)
-            unreleased = load_acquire(rec_ptr) != epoch  # the fallback record orders the loads
+            # the fallback record orders the loads; read once per program (sync.read_once): the
+            # poll's sentinel sums reduce over warps, so every warp must leave it at one pass
+            unreleased = read_once(rec_ptr, "acquire") != epoch
             values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
             stale = (_sentinel_rows(values, SENTINEL, bits, CB, U) > 0) & unreleased
             while any_true(stale) & (now_ns() < deadline):
-                unreleased = load_acquire(rec_ptr) != epoch
+                unreleased = read_once(rec_ptr, "acquire") != epoch
                 values = tl.load(wire_ptr + w_off, mask=in_row, other=0, volatile=True)
                 stale = (_sentinel_rows(values, SENTINEL, bits, CB, U) > 0) & unreleased
         if any_true(stale):
