@@ -74,12 +74,25 @@ def stamp(stamps_ptr, pid, which: tl.constexpr, PROFILE: tl.constexpr):
 @triton.jit
 def load_acquire(ptrs):
     """int64 words at ``ptrs`` with acquire semantics at system scope (later loads and stores are
-    ordered after what the writer released before storing them). Cheaper than a fence for the few
-    words a wait polls (measured)."""
+    ordered after what the writer released before storing them). Each such load is followed by an
+    invalidation of the SM's whole L1 (``CCTL.IVALL`` in the SASS), under every program sharing
+    the SM: polls read with relaxed loads (:func:`load_relaxed`) and acquire once what they waited
+    for is there."""
     if INTERPRETED:
         return tl.load(ptrs, volatile=True)
     else:
         return tl.inline_asm_elementwise("ld.acquire.sys.global.b64 $0, [$1];", "=l,l", [ptrs],
+                                         dtype=tl.int64, is_pure=False, pack=1)
+
+
+@triton.jit
+def load_relaxed(ptrs):
+    """int64 words at ``ptrs``, loaded at system scope without ordering (no L1 invalidation): what
+    polls spin on (:func:`load_acquire`)."""
+    if INTERPRETED:
+        return tl.load(ptrs, volatile=True)
+    else:
+        return tl.inline_asm_elementwise("ld.relaxed.sys.global.b64 $0, [$1];", "=l,l", [ptrs],
                                          dtype=tl.int64, is_pure=False, pack=1)
 
 
@@ -146,18 +159,21 @@ def _pending(words, target, valid, AT_LEAST: tl.constexpr):
 def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, code, epoch,
                WORLD: tl.constexpr, W_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
                AT_LEAST: tl.constexpr):
-    """Spin (acquire loads) until the words ``base[s * row_stride + j]`` (``s < WORLD``,
-    ``j < num_words``) all equal ``target`` (or are ``>= target`` with ``AT_LEAST``); a timeout is
-    reported naming the first peer ``s`` still missing."""
+    """Spin until the words ``base[s * row_stride + j]`` (``s < WORLD``, ``j < num_words``) all
+    equal ``target`` (or are ``>= target`` with ``AT_LEAST``), then read them once more with
+    acquire loads (words a wait ends on do not change until this rank moves on); a timeout is
+    reported naming the first peer ``s`` still missing. The spin itself uses relaxed loads
+    (:func:`load_acquire` says why)."""
     s = tl.arange(0, W_BLOCK)[:, None]
     j = tl.arange(0, N_BLOCK)[None, :]
     valid = (s < WORLD) & (j < num_words)
     ptrs = base_ptr + tl.where(valid, s * row_stride + j, 0)
     deadline = now_ns() + timeout_ns
-    pending = _pending(load_acquire(ptrs), target, valid, AT_LEAST)
+    pending = _pending(load_relaxed(ptrs), target, valid, AT_LEAST)
     while (tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0) & (now_ns() < deadline):
-        pending = _pending(load_acquire(ptrs), target, valid, AT_LEAST)
+        pending = _pending(load_relaxed(ptrs), target, valid, AT_LEAST)
         deadline = still_due(deadline, err_addr)
+    pending = _pending(load_acquire(ptrs), target, valid, AT_LEAST)
     if tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0:
         peer = tl.min(tl.min(tl.where(pending, s, W_BLOCK), 1), 0)
         report(err_addr, code, peer, epoch)
