@@ -72,25 +72,17 @@ def stamp(stamps_ptr, pid, which: tl.constexpr, PROFILE: tl.constexpr):
 
 
 @triton.jit
-def load_acquire(ptrs):
-    """int64 words at ``ptrs`` with acquire semantics at system scope (later loads and stores are
-    ordered after what the writer released before storing them). Each such load is followed by an
-    invalidation of the SM's whole L1 (``CCTL.IVALL`` in the SASS), under every program sharing
-    the SM: polls read with relaxed loads (:func:`load_relaxed`) and acquire once what they waited
-    for is there."""
+def load_sys(ptrs, ACQUIRE: tl.constexpr):
+    """int64 words at ``ptrs`` loaded at system scope, with ``ACQUIRE`` semantics (later loads and
+    stores are ordered after what the writer released before storing them) or relaxed. In the
+    SASS an acquire load is followed by an invalidation of the SM's whole L1 (``CCTL.IVALL``),
+    under every program sharing the SM: polls spin on relaxed loads and acquire once what they
+    waited for is there."""
     if INTERPRETED:
         return tl.load(ptrs, volatile=True)
-    else:
+    elif ACQUIRE:
         return tl.inline_asm_elementwise("ld.acquire.sys.global.b64 $0, [$1];", "=l,l", [ptrs],
                                          dtype=tl.int64, is_pure=False, pack=1)
-
-
-@triton.jit
-def load_relaxed(ptrs):
-    """int64 words at ``ptrs``, loaded at system scope without ordering (no L1 invalidation): what
-    polls spin on (:func:`load_acquire`)."""
-    if INTERPRETED:
-        return tl.load(ptrs, volatile=True)
     else:
         return tl.inline_asm_elementwise("ld.relaxed.sys.global.b64 $0, [$1];", "=l,l", [ptrs],
                                          dtype=tl.int64, is_pure=False, pack=1)
@@ -102,7 +94,7 @@ def read_once(ptrs, SEM: tl.constexpr):
     ordering ``SEM`` (``"relaxed"`` or ``"acquire"``) by one thread and shared with the program's
     other threads: Triton lowers an atomic add of 0 so (one predicated atomic per word, then shared
     memory behind a barrier; ptxas turns the atomic into a load, followed by an L1 invalidation
-    when acquiring, as in :func:`load_acquire`). A poll whose loop holds a barrier (a reduction
+    when acquiring, as in :func:`load_sys`). A poll whose loop holds a barrier (a reduction
     over warps) must branch on such a read: words each thread loads itself can differ between
     warps, and warps that leave the loop at different passes pair their barriers wrongly."""
     return tl.atomic_add(ptrs, 0, sem=SEM, scope="sys")
@@ -164,17 +156,17 @@ def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, co
     equal ``target`` (or are ``>= target`` with ``AT_LEAST``), then read them once more with
     acquire loads (words a wait ends on do not change until this rank moves on); a timeout is
     reported naming the first peer ``s`` still missing. The spin itself uses relaxed loads
-    (:func:`load_acquire` says why)."""
+    (:func:`load_sys` says why)."""
     s = tl.arange(0, W_BLOCK)[:, None]
     j = tl.arange(0, N_BLOCK)[None, :]
     valid = (s < WORLD) & (j < num_words)
     ptrs = base_ptr + tl.where(valid, s * row_stride + j, 0)
     deadline = now_ns() + timeout_ns
-    pending = _pending(load_relaxed(ptrs), target, valid, AT_LEAST)
+    pending = _pending(load_sys(ptrs, False), target, valid, AT_LEAST)
     while (tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0) & (now_ns() < deadline):
-        pending = _pending(load_relaxed(ptrs), target, valid, AT_LEAST)
+        pending = _pending(load_sys(ptrs, False), target, valid, AT_LEAST)
         deadline = still_due(deadline, err_addr)
-    pending = _pending(load_acquire(ptrs), target, valid, AT_LEAST)
+    pending = _pending(load_sys(ptrs, True), target, valid, AT_LEAST)
     if tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0:
         peer = tl.min(tl.min(tl.where(pending, s, W_BLOCK), 1), 0)
         report(err_addr, code, peer, epoch)
