@@ -16,13 +16,20 @@ def _timed_out(err_addr, code, peer, epoch):
     sync.report(err_addr, code, peer, epoch)
 
 
+def _error_block(errors: torch.Tensor, halted: int) -> torch.Tensor:
+    """The kernels' ``err_addr`` block for the host error word ``errors`` (``sync``'s module doc)."""
+    return torch.tensor([halted, errors.data_ptr()], dtype=torch.int64)
+
+
 def first_report_survives(_rank: int, _world: int) -> None:
     """Two timed-out waits in a row (the second one of a call queued behind the first) report into
-    the host error word: the first report is kept whole."""
+    the host error word: the first report is kept whole, and the rank is marked halted."""
     errors = torch.zeros(3, dtype=torch.int64)
-    _timed_out[(1,)](errors.data_ptr(), sync.WAIT_COUNTS.value, 1, 7)
-    _timed_out[(1,)](errors.data_ptr(), sync.WAIT_ROWS.value, 0, 8)
+    block = _error_block(errors, 0)
+    _timed_out[(1,)](block.data_ptr(), sync.WAIT_COUNTS.value, 1, 7)
+    _timed_out[(1,)](block.data_ptr(), sync.WAIT_ROWS.value, 0, 8)
     assert errors.tolist() == [sync.WAIT_COUNTS.value, 1, 7], errors
+    assert block[0].item() == 1, block
 
 
 @triton.jit
@@ -31,10 +38,10 @@ def _wait_never_met(word_ptr, timeout_ns, err_addr):
 
 
 def queued_wait_gives_up(_rank: int, _world: int) -> None:
-    """A wait for a word, of a rank that has already timed out (a call queued behind the failure),
-    gives up after ``GIVE_UP_POLLS`` polls, not at its own deadline (here never: the interpreter's
-    clock reads 0), and leaves the first report as it is."""
+    """A wait for a word, of a rank that has already timed out (a call queued behind the failure:
+    its halted word is set), gives up after ``GIVE_UP_POLLS`` polls, not at its own deadline (here
+    never: the interpreter's clock reads 0), and leaves the first report as it is."""
     errors = torch.tensor([sync.WAIT_COUNTS.value, 1, 7])
     never = torch.zeros(1, dtype=torch.int64)
-    _wait_never_met[(1,)](never, 2**62, errors.data_ptr())
+    _wait_never_met[(1,)](never, 2**62, _error_block(errors, 1).data_ptr())
     assert errors.tolist() == [sync.WAIT_COUNTS.value, 1, 7], errors

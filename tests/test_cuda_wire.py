@@ -91,7 +91,8 @@ def test_wire_image_matches_protocol(mode, dtype, hidden, epoch):
         assert (lanes[:, 0] > 0).tolist() == protocol.row_collides(fmt, bits.view(dtype)).tolist()
     decoded = torch.zeros_like(bits, device="cuda")
     errors = torch.zeros(3, dtype=torch.int64, pin_memory=True)  # the host error word
-    _decode_rows[(3,)](out, decoded, epoch_t, errors.data_ptr(), HIDDEN=hidden, BE=be, FE=fe, NB=nb, CB=4,
+    block = torch.tensor([0, errors.data_ptr()], dtype=torch.int64, device="cuda")  # sync's err_addr
+    _decode_rows[(3,)](out, decoded, epoch_t, block.data_ptr(), HIDDEN=hidden, BE=be, FE=fe, NB=nb, CB=4,
                        MODE=wire.MODE_CODES[mode], SENTINEL=sentinel)
     assert torch.equal(decoded.cpu(), bits)
     assert errors.tolist() == [0, 0, 0]

@@ -179,6 +179,9 @@ class CudaBackend(Backend):
         self.count_flags = torch.zeros(MAX_COUNT, dtype=i64, device=device)
         # Written by timed-out waits, read by the host without a sync: pinned, device-addressable.
         self.errors = torch.zeros(3, dtype=i64, pin_memory=device.type == "cuda")
+        # What the kernels get (sync's module doc): [halted, address of errors], in device memory,
+        # so that the waits' early give-up polls no host memory.
+        self.error_block = torch.tensor([0, self.errors.data_ptr()], dtype=i64, device=device)
         self.timeout_ns = int(cfg.timeout_s * 1e9)
         # Lanes of the per-token pair vectors. At least 2: with one lane (W = 1, K = 1) the tff
         # combine summed nothing for 16-bit rows on an H200 (y all zeros, measured). Likely the tile
@@ -304,7 +307,7 @@ class CudaBackend(Backend):
             self.count_hist, self.count_flags,
             self._stamps("dispatch", (workers.count, workers.send, workers.verify, workers.recv)), sent,
             out_bits, out_w, recv_w, rows, pair_w, tpe, cfg.rank, cfg.max_tokens_per_rank, capacity,
-            self.timeout_ns, self.errors.data_ptr(), workers.count, workers.send, workers.recv,
+            self.timeout_ns, self.error_block.data_ptr(), workers.count, workers.send, workers.recv,
             writers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
             W_BLOCK=self.w_block, L_BLOCK=pow2_at_least(cfg.num_local_experts), TOP_K=cfg.top_k,
             K_BLOCK=self.k_block, E_BLOCK=self.e_block, CHUNK=self.pair_chunk,
@@ -343,7 +346,7 @@ class CudaBackend(Backend):
             sym["back_rec"].ptrs, self.combine_state,
             self._stamps("combine", (workers.send, workers.verify, workers.recv)), y, cfg.rank,
             cfg.max_tokens_per_rank, self.rows_max,
-            self.timeout_ns, self.errors.data_ptr(), workers.send, workers.recv,
+            self.timeout_ns, self.error_block.data_ptr(), workers.send, workers.recv,
             WORLD=cfg.world_size, W_BLOCK=self.w_block,
             E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,

@@ -27,7 +27,9 @@ epoch)`` into an error word in pinned host memory, which the host checks without
 (:data:`PHASES` names the codes), and lets the kernel finish, so no rank ever hangs. The waits for
 words (records, acks, counts) and ``dc``'s verifiers also give up early once an earlier wait of the
 rank has timed out (:func:`still_due`); a program's row waits (``wire.take_tiles``) share one
-deadline instead (docs/CUDA.md, "Timeouts").
+deadline instead (docs/CUDA.md, "Timeouts"). Kernels reach both through ``err_addr``, the rank's
+error block in device memory: ``[halted, address of the host error word]``; the early give-up reads
+``halted``, so no spinning program reads host memory.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ PHASES = {
 WAIT_COUNTS, WAIT_TOKENS, WAIT_DISPATCH_SLOT, WAIT_ROWS, WAIT_COMBINE_SLOT = (
     tl.constexpr(code) for code in PHASES)
 _MAX_PROGRAMS = tl.constexpr(MAX_PROGRAMS)
-GIVE_UP_POLLS = tl.constexpr(1024)  # polls between a wait's looks at the host error word (a power of 2)
+GIVE_UP_POLLS = tl.constexpr(1024)  # polls between a wait's looks at the halted word (a power of 2)
 
 
 @triton.jit
@@ -102,11 +104,14 @@ def read_once(ptrs, SEM: tl.constexpr):
 
 @triton.jit
 def report(err_addr, code, peer, epoch):
-    """Record a timed-out wait in the host error word ``[code, peer, epoch]``, unless a wait of this
-    rank has timed out before: the first timeout is the cause, and the waits of the calls queued
-    behind it time out in turn (reports at the same moment may race; each names a real failure)."""
-    err = err_addr.to(tl.pointer_type(tl.int64))
-    if tl.load(err, volatile=True) == 0:
+    """Record a timed-out wait: mark the rank halted and write ``[code, peer, epoch]`` into the host
+    error word (``err_addr``: the module doc), unless a wait of this rank has timed out before: the
+    first timeout is the cause, and the waits of the calls queued behind it time out in turn
+    (reports at the same moment may race; each names a real failure)."""
+    block = err_addr.to(tl.pointer_type(tl.int64))
+    if tl.load(block, volatile=True) == 0:
+        tl.store(block, 1)
+        err = tl.load(block + 1).to(tl.pointer_type(tl.int64))
         zero = tl.zeros([], dtype=tl.int64)  # peer and code may be compile-time ints
         tl.store(err + 1, zero + peer)
         tl.store(err + 2, epoch)
@@ -117,11 +122,11 @@ def report(err_addr, code, peer, epoch):
 def still_due(deadline, err_addr):
     """A wait's ``deadline`` (ns) after one more poll: 1 ns earlier, so that it counts the polls
     (no counter to keep in registers), or 0 once an earlier wait of this rank has timed out. Every
-    ``GIVE_UP_POLLS``-th poll looks at the host error word: the calls queued behind a failure then
-    fail in at most that many polls each instead of a whole timeout, and most short waits never
-    read host memory."""
+    ``GIVE_UP_POLLS``-th poll looks at the rank's halted word (``err_addr``, device memory): the
+    calls queued behind a failure then fail in at most that many polls each instead of a whole
+    timeout."""
     deadline -= 1
-    if (deadline & (GIVE_UP_POLLS - 1)) == 0:  # noqa: SIM102 (nested: only these polls load the host word)
+    if (deadline & (GIVE_UP_POLLS - 1)) == 0:  # noqa: SIM102 (nested: only these polls load the word)
         if tl.load(err_addr.to(tl.pointer_type(tl.int64)), volatile=True) != 0:
             deadline = tl.zeros_like(deadline)
     return deadline
