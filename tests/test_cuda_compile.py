@@ -77,7 +77,7 @@ def test_dispatch_compiles(mode, like, replicate):
                  "E_BLOCK": 256, "CHUNK": 128, "J_BLOCK": 16, "N_BLOCK": 256,
                  **_mode(mode, torch.bfloat16), "LIKE": like,
                  "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate,
-                 "VERIFY": replicate and mode == "dc", "FINAL": replicate, "PROFILE": replicate,
+                 "VERIFY": replicate and mode == "dc", "SPLIT": 8, "FINAL": replicate, "PROFILE": replicate,
                  "COUNTS_FIRST": mode == "tff" and not like, **row_meta(mode, 7168, 2),
                  "ROWS": step_rows(row_meta(mode, 7168, 2)),
                  "RECV_ROWS": step_rows(row_meta(mode, 7168, 2))}
@@ -95,7 +95,8 @@ def test_combine_compiles(mode, partial, gather):
     constants = {"WORLD": 8, "W_BLOCK": 8, "E_LOCAL": 32, "TOP_K": 8, "K_BLOCK": 8,
                  **_mode(mode, torch.bfloat16),
                  "PARTIAL": partial, "WEIGHTED": partial, "SUM_WEIGHTED": not partial and not gather,
-                 "GATHER": gather, "VERIFY": mode == "dc", "FINAL": not gather, "PROFILE": partial,
+                 "GATHER": gather, "VERIFY": mode == "dc", "SPLIT": 8, "FINAL": not gather,
+                 "PROFILE": partial,
                  **rows, "ROWS": min(8, step_rows(rows)), "R_BLOCK": 8,
                  "RCB": reduce_step_blocks(rows, 8)}
     ops = _compile(ck.combine, pointers, constants)
@@ -122,7 +123,7 @@ def test_combine_fits_its_register_budget(mode):
     rows = row_meta(mode, 7168, 2, 4096)
     constants = {"WORLD": 2, "W_BLOCK": 2, "E_LOCAL": 128, "TOP_K": 8, "K_BLOCK": 8,
                  **_mode(mode, torch.bfloat16), "PARTIAL": False, "WEIGHTED": False,
-                 "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": mode == "dc", "FINAL": True,
+                 "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": mode == "dc", "SPLIT": 8, "FINAL": True,
                  "PROFILE": False, **rows, "ROWS": min(8, step_rows(rows)), "R_BLOCK": 8,
                  "RCB": reduce_step_blocks(rows, 8)}
     budget = COMBINE_REGISTERS[mode]
@@ -159,11 +160,11 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
     dispatch = {"WORLD": 2, "E_LOCAL": 4, "W_BLOCK": 2, "L_BLOCK": 4, "TOP_K": 2, "K_BLOCK": 2,
                 "E_BLOCK": 8, "CHUNK": 128, "J_BLOCK": 512, "N_BLOCK": 256,
                 **_mode(mode, torch.bfloat16), "LIKE": False, "RECORDS": True,
-                "REPLICATE": True, "VERIFY": False, "FINAL": True, "PROFILE": False,
+                "REPLICATE": True, "VERIFY": False, "SPLIT": 1, "FINAL": True, "PROFILE": False,
                 "COUNTS_FIRST": mode == "tff", **rows}
     combine = {"WORLD": 1, "W_BLOCK": 1, "E_LOCAL": 8, "TOP_K": 1, "K_BLOCK": 2,
                **_mode(mode, torch.bfloat16), "PARTIAL": False, "WEIGHTED": False,
-               "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": False, "FINAL": True,
+               "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": False, "SPLIT": 1, "FINAL": True,
                "PROFILE": False, **rows, "ROWS": min(2, step_rows(rows)), "R_BLOCK": 8,
                "RCB": reduce_step_blocks(rows, 8)}
     dispatch_pointers = dict(POINTERS["dispatch"], x_ptr=int_type, out_ptr=int_type)

@@ -63,6 +63,7 @@ COMBINE_REGISTERS = {"sw": 128, "tff": 128}
 MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
 # Combine senders move up to K rows per item, one tile after another; more of them hide latency.
 MAX_COMBINE_SEND = 512
+VERIFY_PROGRAMS = 16  # dc without an SM budget: verifier programs in all (verify_split)
 # With an SM budget the count / token split is re-tuned once per bucket of this many tokens.
 SPLIT_BUCKET_TOKENS = 128
 # Up to this many tokens, senders wait for the counts to leave first: the receivers then know their
@@ -99,6 +100,14 @@ def reduce_step_blocks(meta: dict, rows: int) -> int:
     return max(MIN_TILE_BLOCKS, min(meta["CB"], SEND_TILE_BYTES // (rows * wire.BLOCK_BYTES)))
 
 
+def verify_split(world: int, num_sms: int | None) -> int:
+    """``dc``: verifier programs per source, a power of two: 16 in all without an SM budget, at most
+    about a quarter of a budget, at least one per source. One program reading every marker of a
+    large batch would bound the call (``verify``)."""
+    per_source = max(1, (VERIFY_PROGRAMS if num_sms is None else num_sms // 4) // world)
+    return 1 << (per_source.bit_length() - 1)
+
+
 def pow2_at_least(n: int) -> int:
     """The least power of two >= ``n`` (>= 1). Triton's own helper is a JIT function: about 15 µs
     per call from the host, several per launch."""
@@ -124,7 +133,7 @@ class Routes:
 @dataclass(frozen=True)
 class Workers:
     """Programs per group of one launch (each program is one thread block on one SM); ``verify``:
-    ``dc``'s verifiers (0 or ``W``), placed just before the receivers."""
+    ``dc``'s verifiers (0, or ``verify_split`` per source), placed just before the receivers."""
 
     count: int
     send: int
@@ -170,8 +179,11 @@ class CudaBackend(Backend):
                 self.sym[name].local.view(torch.int32).view(-1, wire.BLOCK_BYTES // 4)[:, :2] = fill
         self.sym["sig"].barrier(int(cfg.timeout_s * 1000))  # every rank zeroed before any peer writes
         self.symmetric_bytes = sum(b.nbytes for b in self.sym.values())
-        self.dispatch_state = torch.zeros(records.state_words(w), dtype=i64, device=device)
-        self.combine_state = torch.zeros(records.state_words(w), dtype=i64, device=device)
+        self.verify_split = verify_split(w, cfg.num_sms) if cfg.sync == "dc" else 1
+        self.verifiers = w * self.verify_split if cfg.sync == "dc" else 0
+        words = records.state_words(w, self.verify_split)
+        self.dispatch_state = torch.zeros(words, dtype=i64, device=device)
+        self.combine_state = torch.zeros(words, dtype=i64, device=device)
         self.no_stamps = torch.empty(1, dtype=i64, device=device)  # the stamps argument, unused
         self.e_block = pow2_at_least(cfg.num_experts)
         self.w_block = pow2_at_least(w)
@@ -187,7 +199,6 @@ class CudaBackend(Backend):
         # combine summed nothing for 16-bit rows on an H200 (y all zeros, measured). Likely the tile
         # split over warps that MIN_TILE_BLOCKS removes; kept until a GPU run shows one lane right.
         self.k_block = pow2_at_least(max(k, w, 2))
-        self.verifiers = w if cfg.sync == "dc" else 0  # dc: one verify program per source
         # Under an SM budget the compact layout (prefill, training) gives its sending and receiving
         # groups launches of their own, each with the whole budget: its dispatch synchronizes the
         # host between them anyway, and every group then has every SM (W = 1, 4096 tokens, 24 SMs:
@@ -313,7 +324,7 @@ class CudaBackend(Backend):
             K_BLOCK=self.k_block, E_BLOCK=self.e_block, CHUNK=self.pair_chunk,
             J_BLOCK=max(1, 4096 // self.e_block), N_BLOCK=MAX_COUNT,
             MODE=self.mode, SENTINEL=self.sentinel, LIKE=like, RECORDS=(not like) or sw,
-            REPLICATE=replicate, VERIFY=workers.verify > 0, FINAL=final,
+            REPLICATE=replicate, VERIFY=workers.verify > 0, SPLIT=self.verify_split, FINAL=final,
             COUNTS_FIRST=cfg.sync == "tff" and not like and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,
             PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
             ROWS=step_rows(meta) if x_bits.shape[0] > workers.send > 0 else 1,
@@ -351,7 +362,7 @@ class CudaBackend(Backend):
             E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=workers.verify > 0,
-            FINAL=final, PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
+            SPLIT=self.verify_split, FINAL=final, PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
             maxnreg=COMBINE_REGISTERS.get(cfg.sync), ROWS=min(self.k_block, step_rows(meta)), R_BLOCK=r_block,
             RCB=reduce_step_blocks(meta, r_block), **meta)
 

@@ -5,8 +5,8 @@
   buffer; ``reduce="expert_rank"`` first sums the token's pairs held here, in fp32 in ascending
   ``k``, rounds the sum to the row dtype and sends that one row, to slot ``rank * T_max + t``;
   the group's last program then writes the ``sw``, ``dc`` or ``sp`` records (``sync``, ``records``);
-- verify group (``dc`` only, ``W`` programs, ids between the other two): verifier ``p`` polls until
-  the rows rank ``p`` sent back match its checksum (``verify``);
+- verify group (``dc`` only, ``SPLIT`` programs per rank, ids between the other two): they poll
+  until the rows rank ``p`` sent back match its checksum, each over a share of them (``verify``);
 - reduce group (``n_recv`` programs, this rank's tokens strided): takes a step's chunk of all of the
   token's rows as one tile once each row has arrived (its arrival rule, ``wire``; ``dc``: every
   verifier) and sums them in fp32, in ascending ``k`` (or ascending rank), into ``y`` (``sp``:
@@ -187,18 +187,18 @@ def _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slo
 
 
 @triton.jit
-def _verify_role(p, out_bits_ptr, idx_ptr, sent_ptr, num_tokens, back_ptrs, rec_ptrs, state_ptr,
+def _verify_role(p, v, out_bits_ptr, idx_ptr, sent_ptr, num_tokens, back_ptrs, rec_ptrs, state_ptr,
                  stamps_ptr, pid, rank, slot, epoch, tokens_max, rows_max, timeout_ns, err_addr,
                  WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
                  K_BLOCK: tl.constexpr, BE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
-                 PARTIAL: tl.constexpr, PROFILE: tl.constexpr):
-    """``dc``: verifier ``p`` polls until the rows rank ``p`` sent back match its checksum."""
+                 SPLIT: tl.constexpr, PARTIAL: tl.constexpr, PROFILE: tl.constexpr):
+    """``dc``: verifier ``v`` (of ``SPLIT``) of the rows rank ``p`` sent back (``verify``)."""
     back_local = symmetric_base(back_ptrs, rank, out_bits_ptr.dtype.element_ty)
     back_local += (slot * rows_max) * (NB * BE)
     rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
-    verify.verify_returned(p, back_local, rec_local, state_ptr, idx_ptr, sent_ptr, num_tokens, slot,
-                           epoch, tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, NB,
-                           NB_BLOCK, PARTIAL)
+    verify.verify_returned(p, v, back_local, rec_local, state_ptr, idx_ptr, sent_ptr, num_tokens,
+                           slot, epoch, tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K,
+                           K_BLOCK, NB, NB_BLOCK, SPLIT, PARTIAL)
     sync.stamp(stamps_ptr, pid, 1, PROFILE)
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
 
@@ -246,21 +246,21 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
             NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr, R_BLOCK: tl.constexpr,
             RCB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr, PARTIAL: tl.constexpr,
             WEIGHTED: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
-            GATHER: tl.constexpr, VERIFY: tl.constexpr, FINAL: tl.constexpr,
+            GATHER: tl.constexpr, VERIFY: tl.constexpr, SPLIT: tl.constexpr, FINAL: tl.constexpr,
             PROFILE: tl.constexpr):
     """One combine (see the module doc): programs ``[0, n_send)`` send, then (``VERIFY``, ``dc``
-    only) ``W`` verify, then ``n_recv`` reduce; ``FINAL``: this launch ends the call (a combine may
-    run as a send launch, then a reduce launch). ``ROWS``: pairs' rows a ``reduce="source"`` sender
-    moves per step (a power of two, at most ``K_BLOCK``). ``R_BLOCK``: a token's rows a reducer
-    takes at once (a power of two, ``>= W`` with ``PARTIAL``, else ``>= K``), ``RCB`` blocks of
-    each per step.
+    only) ``SPLIT`` verify per rank, then ``n_recv`` reduce; ``FINAL``: this launch ends the call
+    (a combine may run as a send launch, then a reduce launch). ``ROWS``: pairs' rows a
+    ``reduce="source"`` sender moves per step (a power of two, at most ``K_BLOCK``). ``R_BLOCK``: a
+    token's rows a reducer takes at once (a power of two, ``>= W`` with ``PARTIAL``, else ``>=
+    K``), ``RCB`` blocks of each per step.
 
     Expert side: ``out [rows, H]`` (and the same memory as integers, ``out_bits``), the dispatch's
     ``rows`` / ``pair_w [W, T_max, K]``. Source side: ``idx`` / ``w [T * K]``, ``sent [W, T_max]``,
     ``y [T, H]`` (``GATHER``: ``[T, K, H]``). ``WEIGHTED``: the senders weight their partial sums;
     ``SUM_WEIGHTED``: the source weights each pair's row. ``K_BLOCK >= max(K, W)``. Symmetric
     ``back [2, rows_max, NB * BE]`` (out's integer type), ``sig [2, W]``, ``ack [W]``, ``rec [2, W, 2]``
-    (the records of ``sw``, and of ``dc`` / ``sp``: ``records``); ``state [records.state_words(W)]``:
+    (the records of ``sw``, and of ``dc`` / ``sp``: ``records``); ``state [records.state_words(W, SPLIT)]``:
     this buffer set's epoch words, counters and record sums; ``stamps [programs, 4]`` int64
     (``PROFILE``). ``SENTINEL``: ``sp``'s marker word.
     """
@@ -292,15 +292,15 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     else:
         j = pid - n_send
         if VERIFY:  # dc: verifiers get ids below every reducer, which wait for them (verify)
-            if j < WORLD:
-                _verify_role(j, out_bits_ptr, idx_ptr, sent_ptr, num_tokens, back_ptrs, rec_ptrs,
-                             state_ptr, stamps_ptr, pid, rank, slot, epoch, tokens_max, rows_max,
-                             timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, BE, NB, NB_BLOCK,
-                             PARTIAL, PROFILE)
+            if j < WORLD * SPLIT:
+                _verify_role(j // SPLIT, j % SPLIT, out_bits_ptr, idx_ptr, sent_ptr, num_tokens,
+                             back_ptrs, rec_ptrs, state_ptr, stamps_ptr, pid, rank, slot, epoch,
+                             tokens_max, rows_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK,
+                             BE, NB, NB_BLOCK, SPLIT, PARTIAL, PROFILE)
             else:
-                _reduce_role(j - WORLD, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs,
-                             sig_ptrs, ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank,
-                             slot, epoch, tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD,
+                _reduce_role(j - WORLD * SPLIT, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens,
+                             back_ptrs, sig_ptrs, ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid,
+                             rank, slot, epoch, tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD,
                              W_BLOCK, E_LOCAL, TOP_K, R_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, RCB,
                              MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER, VERIFY, PROFILE)
         else:
@@ -312,6 +312,6 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     if FINAL:
         grid = n_send + n_recv
         if VERIFY:
-            grid += WORLD
+            grid += WORLD * SPLIT
         sync.end_call(state_ptr, pid, grid, epoch)
     sync.stamp(stamps_ptr, pid, 3, PROFILE)

@@ -9,8 +9,9 @@
   format of the sync mode (``wire``); in ``sw`` the senders count as writers too, so the record
   also says that every row has landed; in ``dc`` / ``sp`` the group's last program writes each
   destination's batch record (``records``);
-- verify group (``dc`` only, ``W`` programs, ids between the token and receive groups): verifier
-  ``s`` polls until source ``s``'s staged batch matches its checksum (``verify``);
+- verify group (``dc`` only, ``SPLIT`` programs per source, ids between the token and receive
+  groups): they poll until source ``s``'s staged batch matches its checksum, each over a share of
+  it (``verify``);
 - receive group (``n_recv`` programs): waits for every source's record (``dc``: and every
   verifier), turns the count matrix into the first receive row of each (source, local expert)
   (``ubep.layout.row_base``), then copies each staged token into the receive rows of its pairs as
@@ -203,12 +204,13 @@ def _receive_rows(g, stage_local, route_local, count_local, rec_local, bases, ou
 
 
 @triton.jit
-def _verify_role(s, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptrs, state_ptr, stamps_ptr,
+def _verify_role(s, v, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptrs, state_ptr, stamps_ptr,
                  rows_ptr, pid, rank, slot, epoch, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
                  W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
                  K_BLOCK: tl.constexpr, BE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
-                 LIKE: tl.constexpr, RECORDS: tl.constexpr, PROFILE: tl.constexpr):
-    """``dc``: verifier ``s`` polls until source ``s``'s staged batch matches its checksum."""
+                 SPLIT: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
+                 PROFILE: tl.constexpr):
+    """``dc``: verifier ``v`` (of ``SPLIT``) of source ``s``'s staged batch (``verify``)."""
     count_local = symmetric_base(count_ptrs, rank, tl.int64)
     if RECORDS:  # the route entries and counts say which rows were sent
         sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
@@ -216,9 +218,9 @@ def _verify_role(s, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptr
     stage_local = symmetric_base(stage_ptrs, rank, x_ptr.dtype.element_ty)
     route_local = symmetric_base(route_ptrs, rank, tl.int64)
     rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
-    verify.verify_staged(s, stage_local, route_local, count_local, rows_ptr, rec_local, state_ptr, slot,
-                         epoch, tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK, BE,
-                         NB, NB_BLOCK, LIKE)
+    verify.verify_staged(s, v, stage_local, route_local, count_local, rows_ptr, rec_local, state_ptr,
+                         slot, epoch, tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK,
+                         BE, NB, NB_BLOCK, SPLIT, LIKE)
     sync.stamp(stamps_ptr, pid, 1, PROFILE)
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
 
@@ -282,22 +284,22 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
              RECV_ROWS: tl.constexpr, E_BLOCK: tl.constexpr,
              CHUNK: tl.constexpr, J_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
              MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
-             REPLICATE: tl.constexpr, VERIFY: tl.constexpr, FINAL: tl.constexpr,
+             REPLICATE: tl.constexpr, VERIFY: tl.constexpr, SPLIT: tl.constexpr, FINAL: tl.constexpr,
              COUNTS_FIRST: tl.constexpr, PROFILE: tl.constexpr):
     """One launch of a dispatch (see the module doc); program roles by id: ``[0, n_count)`` count,
-    then ``n_send`` token senders, then (``VERIFY``, ``dc`` only) ``W`` verifiers, then ``n_recv``
-    receivers. The first ``n_writers`` programs (the count group, plus the senders in ``sw``) publish
-    the record; receivers wait for it if ``RECORDS``. In ``dc`` / ``sp`` the senders also keep the
-    batch records (``records``); ``SENTINEL`` is ``sp``'s marker word. ``FINAL``: this launch ends
-    the call (receivers ack, the epoch advances). ``COUNTS_FIRST`` (``tff`` only): senders start
-    once this rank's record is out, so the counts lead the tokens. ``NB_BLOCK``: ``NB`` rounded up
-    to a power of two (the ``dc`` verifiers and ``sp``'s marker reset). ``ROWS`` / ``RECV_ROWS``:
-    rows a sender / receiver moves per step (powers of two).
+    then ``n_send`` token senders, then (``VERIFY``, ``dc`` only) ``SPLIT`` verifiers per source,
+    then ``n_recv`` receivers. The first ``n_writers`` programs (the count group, plus the senders
+    in ``sw``) publish the record; receivers wait for it if ``RECORDS``. In ``dc`` / ``sp`` the
+    senders also keep the batch records (``records``); ``SENTINEL`` is ``sp``'s marker word.
+    ``FINAL``: this launch ends the call (receivers ack, the epoch advances). ``COUNTS_FIRST``
+    (``tff`` only): senders start once this rank's record is out, so the counts lead the tokens.
+    ``NB_BLOCK``: ``NB`` rounded up to a power of two (the ``dc`` verifiers and ``sp``'s marker
+    reset). ``ROWS`` / ``RECV_ROWS``: rows a sender / receiver moves per step (powers of two).
 
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
     buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
     ``route [2, W, T_max * K, 4]``, ``count [2, W, E_LOCAL + 1]``, ``sig [2, W]``,
-    ``ack [W]``, ``rec [2, W, 2]`` (int64); ``state [records.state_words(W)]``: this buffer set's
+    ``ack [W]``, ``rec [2, W, 2]`` (int64); ``state [records.state_words(W, SPLIT)]``: this buffer set's
     epoch words, counters and record sums (``sync``, ``records``); ``hist [N_BLOCK, E_BLOCK]`` int32 /
     ``flags [N_BLOCK]`` int64: the count group's scratch (``counting``); ``stamps [programs, 4]`` int64
     (``PROFILE``).
@@ -336,13 +338,13 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     else:
         j = pid - n_count - n_send
         if VERIFY:  # dc: verifiers get ids below every receiver, which wait for them (verify)
-            if j < WORLD:
-                _verify_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptrs, state_ptr,
-                             stamps_ptr, rows_ptr, pid, rank, slot, epoch, tokens_max, timeout_ns,
-                             err_addr, WORLD, W_BLOCK, E_LOCAL, TOP_K, K_BLOCK, BE, NB, NB_BLOCK, LIKE,
-                             RECORDS, PROFILE)
+            if j < WORLD * SPLIT:
+                _verify_role(j // SPLIT, j % SPLIT, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs,
+                             rec_ptrs, state_ptr, stamps_ptr, rows_ptr, pid, rank, slot, epoch,
+                             tokens_max, timeout_ns, err_addr, WORLD, W_BLOCK, E_LOCAL, TOP_K, K_BLOCK,
+                             BE, NB, NB_BLOCK, SPLIT, LIKE, RECORDS, PROFILE)
             else:
-                _receive_role(j - WORLD, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs,
+                _receive_role(j - WORLD * SPLIT, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs,
                               ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, out_ptr, out_w_ptr,
                               recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, pid, rank, slot, epoch,
                               tokens_max, capacity, timeout_ns, err_addr, n_recv, WORLD, E_LOCAL,
@@ -358,6 +360,6 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     if FINAL:
         grid = n_count + n_send + n_recv
         if VERIFY:
-            grid += WORLD
+            grid += WORLD * SPLIT
         sync.end_call(state_ptr, pid, grid, epoch)
     sync.stamp(stamps_ptr, pid, 3, PROFILE)

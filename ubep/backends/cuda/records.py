@@ -38,10 +38,10 @@ SENDERS = tl.constexpr(sync.STATE_WORDS)  # the senders' counter
 ACC = tl.constexpr(sync.STATE_WORDS + 1)  # [W, 3] int64: lane A (or sentinel blocks), lane B, blocks
 
 
-def state_words(world: int) -> int:
+def state_words(world: int, split: int) -> int:
     """int64 words of a buffer set's state: ``sync``'s, the senders' counter, ``ACC [W, 3]``, ``OK
-    [W]``."""
-    return sync.STATE_WORDS + 1 + 4 * world
+    [W]``, ``SHARE [W, split, 3]`` (``dc``: each verifier's share of its source's lanes)."""
+    return sync.STATE_WORDS + 1 + 4 * world + 3 * world * split
 
 
 @triton.jit
@@ -101,6 +101,42 @@ def differs(rec_local, slot, source, epoch, has_arrived, lane_a, lane_b, blocks,
     value = sync.read_once(rec_local + (slot * WORLD + source) * 2 + 1, "relaxed")
     want = ck.checksum(lane_a.to(tl.uint32), lane_b.to(tl.uint32), blocks, ck.digest(epoch))
     return (has_arrived == 0) | (value != want)
+
+
+@triton.jit
+def publish_share(state_ptr, source, v, epoch, lane_a, lane_b, blocks, WORLD: tl.constexpr,
+                  SPLIT: tl.constexpr):
+    """``dc``: verifier ``v`` of ``source`` (one of ``SPLIT``) publishes the lanes and block count of
+    its share of the batch of call ``epoch``: both words, then the epoch word (a release)."""
+    share = state_ptr + ACC + 4 * WORLD + (source * SPLIT + v) * 3
+    tl.store(share + 1, (lane_a.to(tl.int64) << 32) | lane_b.to(tl.int64))
+    tl.store(share + 2, blocks.to(tl.int64))
+    tl.debug_barrier()
+    tl.atomic_xchg(share, epoch, sem="release", scope="gpu")
+
+
+@triton.jit
+def add_shares(state_ptr, source, epoch, lane_a, lane_b, blocks, WORLD: tl.constexpr,
+               SPLIT: tl.constexpr):
+    """``dc``: the last verifier's own lanes and block count plus the ``SPLIT - 1`` shares the others
+    published for call ``epoch`` (lanes mod 2**32), and whether all of them are there. A share
+    read as it is rewritten may pair one pass's lane A with another's lane B: each lane still
+    matches only over complete rows, so the sum can only fail to match, never match early."""
+    vs = tl.arange(0, SPLIT)
+    others = vs < SPLIT - 1
+    share = state_ptr + ACC + 4 * WORLD + (source * SPLIT + vs) * 3
+    ready = tl.sum((others & (sync.load_acquire(share) != epoch)).to(tl.int32), 0) == 0
+    ab = tl.where(others, tl.load(share + 1, volatile=True), 0)
+    n = tl.sum(tl.where(others, tl.load(share + 2, volatile=True), 0), 0)
+    a = (tl.sum((ab >> 32) & 0xFFFFFFFF, 0) + lane_a.to(tl.int64)) & 0xFFFFFFFF
+    b = (tl.sum(ab & 0xFFFFFFFF, 0) + lane_b.to(tl.int64)) & 0xFFFFFFFF
+    return ready, a.to(tl.uint32), b.to(tl.uint32), (n + blocks).to(tl.int32)
+
+
+@triton.jit
+def is_verified(state_ptr, source, epoch, WORLD: tl.constexpr):
+    """``dc``: whether ``source``'s batch of call ``epoch`` has been marked verified."""
+    return tl.load(state_ptr + ACC + 3 * WORLD + source, volatile=True) == epoch
 
 
 @triton.jit

@@ -1,16 +1,24 @@
 """``dc`` verifiers: which rows each source sent this rank, and the poll until their checksum matches.
 
-A ``dc`` batch arrives all at once: verifier ``s`` recomputes the checksum lanes over the markers
-this rank holds from source ``s`` (``checksum.wire_lanes``, a few rows per step) until they
-match ``s``'s record, then marks ``s`` verified (``records``); every receiver waits for all ``W``
-verifiers before it copies. Until the record reads this call's epoch a poll reads just that word
-and no rows: a verifier waiting for a peer that has not started then spins on one load instead of
-the whole batch (with two processes sharing a GPU, such a kernel kept the GPU from the other
-process for a whole timeout, measured; see docs/CUDA.md). A program may wait only for peers and
-for programs of lower id in its launch (a GPU need not hold every program of a grid at once, and
-schedules lower ids first), so the ``W`` verifiers are programs of their own, with ids below every
-receiver's, and wait only for peers.
-The verifier knows the rows without asking the sender:
+A ``dc`` batch arrives all at once: ``SPLIT`` verifiers per source ``s`` recompute the checksum lanes
+over the markers this rank holds from ``s`` (``checksum.wire_lanes``), each over its share of the
+rows (every ``SPLIT``-th step of ``T_CHUNK`` tokens or ``RETURNED_ROWS`` rows), and poll until
+the lanes of all shares together match ``s``'s record; then ``s`` is marked verified (``records``), and every receiver waits
+for all sources before it copies. One program reading every marker of a large batch would bound
+the call (a 32-byte sector per 128-byte block).
+
+How the ``SPLIT`` verifiers of a source meet without waiting on a higher id (a GPU need not hold
+every program of a grid at once, and schedules lower ids first): verifiers ``v < SPLIT - 1``
+publish their share's lanes after every pass (``records.publish_share``) until the source is marked
+verified or their deadline passes, and report nothing; the last one, ``SPLIT - 1``, adds the
+published shares to its own (``records.add_shares``: lower ids only), compares the sum with the
+record, marks the source verified once it matches, and reports a timeout. The verifiers are
+programs of their own, with ids below every receiver's, and otherwise wait only for peers.
+
+Until the record reads this call's epoch a pass reads just that word and no rows: a verifier waiting
+for a peer that has not started spins on one load instead of the whole batch (with two processes
+sharing a GPU, whole-batch polls kept the GPU from the other process for a whole timeout, measured;
+docs/CUDA.md). The verifiers know the rows without asking the sender:
 
 - dispatch (:func:`verify_staged`): staged row ``t`` of source ``s`` arrived when one of its pairs is
   here (a route entry of this call; for ``dispatch_like`` the handle's rows);
@@ -34,25 +42,25 @@ RETURNED_ROWS = tl.constexpr(32)
 
 
 @triton.jit
-def _staged_differs(s, stage_local, route_local, count_local, rows_ptr, rec_local, slot, epoch,
-                    tokens_max, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
-                    K_BLOCK: tl.constexpr, BE: tl.constexpr, NB: tl.constexpr,
-                    NB_BLOCK: tl.constexpr, LIKE: tl.constexpr):
-    """``dc``: whether the markers staged from source ``s`` do not match its record (yet). Staged
-    row ``t`` was sent here when one of its pairs is (route entries of this call, or the handle's
-    rows)."""
+def _staged_share(s, v, stage_local, route_local, count_local, rows_ptr, rec_local, slot, epoch,
+                  tokens_max, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
+                  K_BLOCK: tl.constexpr, BE: tl.constexpr, NB: tl.constexpr,
+                  NB_BLOCK: tl.constexpr, SPLIT: tl.constexpr, LIKE: tl.constexpr):
+    """``(arrived, lane A, lane B, blocks)`` over share ``v`` of the markers staged from source
+    ``s`` (no rows read before ``s``'s record has ``arrived``). Staged row ``t`` was sent here when
+    one of its pairs is (route entries of this call, or the handle's rows)."""
     wire = stage_local + ((slot * WORLD + s) * tokens_max).to(tl.int64) * (NB * BE)
     ks = tl.arange(0, K_BLOCK)[None, :]
     if LIKE:
         num = tokens_max
     else:
         num = tl.load(count_local + (slot * WORLD + s) * (E_LOCAL + 1) + E_LOCAL).to(tl.int32)
-    has_arrived = records.arrived(rec_local, slot, s, epoch, WORLD)
-    num = tl.where(has_arrived, num, 0)  # see the module doc
+    arrived = records.arrived(rec_local, slot, s, epoch, WORLD)
+    num = tl.where(arrived, num, 0)
     lane_a = tl.zeros([], dtype=tl.uint32)
     lane_b = tl.zeros([], dtype=tl.uint32)
     blocks = tl.zeros([], dtype=tl.int32)
-    start = 0
+    start = v * T_CHUNK
     while start < num:  # while, not range: runtime bounds (also for Triton's interpreter)
         t = start + tl.arange(0, T_CHUNK)
         valid = (t[:, None] < num) & (ks < TOP_K)
@@ -67,46 +75,26 @@ def _staged_differs(s, stage_local, route_local, count_local, rows_ptr, rec_loca
         lane_a += a
         lane_b += b
         blocks += n
-        start += T_CHUNK
-    return records.differs(rec_local, slot, s, epoch, has_arrived, lane_a, lane_b, blocks, WORLD)
+        start += SPLIT * T_CHUNK
+    return arrived, lane_a, lane_b, blocks
 
 
 @triton.jit
-def verify_staged(s, stage_local, route_local, count_local, rows_ptr, rec_local, state_ptr, slot,
-                  epoch, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
-                  E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
-                  BE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, LIKE: tl.constexpr):
-    """``dc``: poll until source ``s``'s staged batch matches its record (bounded), then mark it
-    verified (also after a timeout, reported, so the receivers do not wait twice)."""
-    deadline = sync.now_ns() + timeout_ns
-    pending = _staged_differs(s, stage_local, route_local, count_local, rows_ptr, rec_local, slot,
-                              epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, BE, NB, NB_BLOCK,
-                              LIKE)
-    while pending & (sync.now_ns() < deadline):
-        pending = _staged_differs(s, stage_local, route_local, count_local, rows_ptr, rec_local,
-                                  slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, BE, NB,
-                                  NB_BLOCK, LIKE)
-        deadline = sync.still_due(deadline, err_addr)
-    if pending:
-        sync.report(err_addr, sync.WAIT_TOKENS, s, epoch)
-    records.mark_verified(state_ptr, s, epoch, WORLD)
-
-
-@triton.jit
-def _returned_differs(p, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, slot, epoch,
-                      tokens_max, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
-                      K_BLOCK: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
-                      PARTIAL: tl.constexpr):
-    """``dc``: whether the markers held from rank ``p`` do not match its record (yet). ``p`` sent
-    row ``p * T_max + t`` for each token ``t`` that went to it (``PARTIAL``), else row ``t * K + k``
-    for each pair ``k`` of token ``t`` on one of its experts. ``RETURNED_ROWS`` rows per step."""
+def _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, slot, epoch,
+                    tokens_max, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
+                    K_BLOCK: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
+                    SPLIT: tl.constexpr, PARTIAL: tl.constexpr):
+    """``(arrived, lane A, lane B, blocks)`` over share ``v`` of the markers held from rank ``p``
+    (no rows read before ``p``'s record has ``arrived``). ``p`` sent row ``p * T_max + t`` for each
+    token ``t`` that went to it (``PARTIAL``), else row ``t * K + k`` for each pair ``k`` of token
+    ``t`` on one of its experts. ``RETURNED_ROWS`` rows per step, every ``SPLIT``-th step."""
     STEP: tl.constexpr = RETURNED_ROWS if PARTIAL else RETURNED_ROWS // K_BLOCK  # K_BLOCK <= 16
     lane_a = tl.zeros([], dtype=tl.uint32)
     lane_b = tl.zeros([], dtype=tl.uint32)
     blocks = tl.zeros([], dtype=tl.int32)
-    has_arrived = records.arrived(rec_local, slot, p, epoch, WORLD)
-    num = tl.where(has_arrived, num_tokens, 0)
-    start = 0
+    arrived = records.arrived(rec_local, slot, p, epoch, WORLD)
+    num = tl.where(arrived, num_tokens, 0)
+    start = v * STEP
     while start < num:
         t = start + tl.arange(0, STEP)
         if PARTIAL:
@@ -122,26 +110,77 @@ def _returned_differs(p, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, s
         lane_a += a
         lane_b += b
         blocks += n
-        start += STEP
-    return records.differs(rec_local, slot, p, epoch, has_arrived, lane_a, lane_b, blocks,
-                           WORLD)
+        start += SPLIT * STEP
+    return arrived, lane_a, lane_b, blocks
 
 
 @triton.jit
-def verify_returned(p, back_local, rec_local, state_ptr, idx_ptr, sent_ptr, num_tokens, slot, epoch,
-                    tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
-                    TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, NB: tl.constexpr,
-                    NB_BLOCK: tl.constexpr, PARTIAL: tl.constexpr):
-    """``dc``: poll until rank ``p``'s rows match its record (bounded), then mark them verified (also
-    after a timeout, reported, so the reducers do not wait twice)."""
+def _settle(state_ptr, rec_local, slot, s, v, epoch, arrived, lane_a, lane_b, blocks,
+            WORLD: tl.constexpr, SPLIT: tl.constexpr):
+    """After a pass of verifier ``v`` over its share of source ``s``'s batch: whether it polls again.
+    The last verifier: while the shares' sum does not match ``s``'s record; the others publish
+    their share (once the record is there) and poll until ``s`` is verified."""
+    if v == SPLIT - 1:
+        ready, a, b, n = records.add_shares(state_ptr, s, epoch, lane_a, lane_b, blocks, WORLD,
+                                            SPLIT)
+        pending = (ready == 0) | records.differs(rec_local, slot, s, epoch, arrived, a, b, n,
+                                                                 WORLD)
+    else:
+        if arrived:
+            records.publish_share(state_ptr, s, v, epoch, lane_a, lane_b, blocks, WORLD, SPLIT)
+        pending = records.is_verified(state_ptr, s, epoch, WORLD) == 0
+    return pending
+
+
+@triton.jit
+def _finish(state_ptr, err_addr, code, s, v, epoch, pending, WORLD: tl.constexpr,
+            SPLIT: tl.constexpr):
+    """The last verifier of ``s`` reports a timeout, if any, and marks ``s`` verified (after a
+    timeout too, so the receivers do not wait twice)."""
+    if v == SPLIT - 1:
+        if pending:
+            sync.report(err_addr, code, s, epoch)
+        records.mark_verified(state_ptr, s, epoch, WORLD)
+
+
+@triton.jit
+def verify_staged(s, v, stage_local, route_local, count_local, rows_ptr, rec_local, state_ptr, slot,
+                  epoch, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
+                  E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
+                  BE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
+                  SPLIT: tl.constexpr, LIKE: tl.constexpr):
+    """``dc``: verifier ``v`` of source ``s``'s staged batch (module doc), bounded by the timeout."""
     deadline = sync.now_ns() + timeout_ns
-    pending = _returned_differs(p, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, slot, epoch,
-                                tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, NB, NB_BLOCK, PARTIAL)
+    arrived, a, b, n = _staged_share(s, v, stage_local, route_local, count_local, rows_ptr, rec_local,
+                                     slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, BE, NB,
+                                     NB_BLOCK, SPLIT, LIKE)
+    pending = _settle(state_ptr, rec_local, slot, s, v, epoch, arrived, a, b, n, WORLD, SPLIT)
     while pending & (sync.now_ns() < deadline):
-        pending = _returned_differs(p, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, slot,
-                                    epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, NB, NB_BLOCK,
-                                    PARTIAL)
+        arrived, a, b, n = _staged_share(s, v, stage_local, route_local, count_local, rows_ptr,
+                                         rec_local, slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K,
+                                         K_BLOCK, BE, NB, NB_BLOCK, SPLIT, LIKE)
+        pending = _settle(state_ptr, rec_local, slot, s, v, epoch, arrived, a, b, n, WORLD, SPLIT)
         deadline = sync.still_due(deadline, err_addr)
-    if pending:
-        sync.report(err_addr, sync.WAIT_ROWS, p, epoch)
-    records.mark_verified(state_ptr, p, epoch, WORLD)
+    _finish(state_ptr, err_addr, sync.WAIT_TOKENS, s, v, epoch, pending, WORLD, SPLIT)
+
+
+@triton.jit
+def verify_returned(p, v, back_local, rec_local, state_ptr, idx_ptr, sent_ptr, num_tokens, slot,
+                    epoch, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
+                    E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
+                    NB: tl.constexpr, NB_BLOCK: tl.constexpr, SPLIT: tl.constexpr,
+                    PARTIAL: tl.constexpr):
+    """``dc``: verifier ``v`` of the rows rank ``p`` sent back (module doc), bounded by the
+    timeout."""
+    deadline = sync.now_ns() + timeout_ns
+    arrived, a, b, n = _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr, num_tokens,
+                                       slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, NB,
+                                       NB_BLOCK, SPLIT, PARTIAL)
+    pending = _settle(state_ptr, rec_local, slot, p, v, epoch, arrived, a, b, n, WORLD, SPLIT)
+    while pending & (sync.now_ns() < deadline):
+        arrived, a, b, n = _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr,
+                                           num_tokens, slot, epoch, tokens_max, WORLD, E_LOCAL,
+                                           TOP_K, K_BLOCK, NB, NB_BLOCK, SPLIT, PARTIAL)
+        pending = _settle(state_ptr, rec_local, slot, p, v, epoch, arrived, a, b, n, WORLD, SPLIT)
+        deadline = sync.still_due(deadline, err_addr)
+    _finish(state_ptr, err_addr, sync.WAIT_ROWS, p, v, epoch, pending, WORLD, SPLIT)
