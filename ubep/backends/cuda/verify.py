@@ -3,9 +3,9 @@
 A ``dc`` batch arrives all at once: ``SPLIT`` verifiers per source ``s`` recompute the checksum lanes
 over the markers this rank holds from ``s`` (``checksum.wire_lanes``), each over its share of the
 rows (every ``SPLIT``-th step of ``T_CHUNK`` tokens or ``RETURNED_ROWS`` rows), and poll until
-the lanes of all shares together match ``s``'s record; then ``s`` is marked verified (``records``), and every receiver waits
-for all sources before it copies. One program reading every marker of a large batch would bound
-the call (a 32-byte sector per 128-byte block).
+the lanes of all shares together match ``s``'s record; then ``s`` is marked verified
+(``records``), and every receiver waits for all sources before it copies. One program reading
+every marker of a large batch would bound the call (a 32-byte sector per 128-byte block).
 
 How the ``SPLIT`` verifiers of a source meet without waiting on a higher id (a GPU need not hold
 every program of a grid at once, and schedules lower ids first): verifiers ``v < SPLIT - 1``
