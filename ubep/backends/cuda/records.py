@@ -119,24 +119,28 @@ def publish_share(state_ptr, source, v, epoch, lane_a, lane_b, blocks, WORLD: tl
 def add_shares(state_ptr, source, epoch, lane_a, lane_b, blocks, WORLD: tl.constexpr,
                SPLIT: tl.constexpr):
     """``dc``: the last verifier's own lanes and block count plus the ``SPLIT - 1`` shares the others
-    published for call ``epoch`` (lanes mod 2**32), and whether all of them are there. A share
-    read as it is rewritten may pair one pass's lane A with another's lane B: each lane still
-    matches only over complete rows, so the sum can only fail to match, never match early."""
-    vs = tl.arange(0, SPLIT)
-    others = vs < SPLIT - 1
-    share = state_ptr + ACC + 4 * WORLD + (source * SPLIT + vs) * 3
-    ready = tl.sum((others & (sync.load_acquire(share) != epoch)).to(tl.int32), 0) == 0
-    ab = tl.where(others, tl.load(share + 1, volatile=True), 0)
-    n = tl.sum(tl.where(others, tl.load(share + 2, volatile=True), 0), 0)
-    a = (tl.sum((ab >> 32) & 0xFFFFFFFF, 0) + lane_a.to(tl.int64)) & 0xFFFFFFFF
-    b = (tl.sum(ab & 0xFFFFFFFF, 0) + lane_b.to(tl.int64)) & 0xFFFFFFFF
-    return ready, a.to(tl.uint32), b.to(tl.uint32), (n + blocks).to(tl.int32)
+    published for call ``epoch`` (lanes mod 2**32), and whether all of them are there; every word
+    read once for the program (:func:`_read_once`). A share read as it is rewritten may pair one
+    pass's words with another's: each lane still matches only over complete rows, so the sum can
+    only fail to match, never match early."""
+    ready = tl.full([], 1, tl.int1)
+    a = lane_a.to(tl.int64)
+    b = lane_b.to(tl.int64)
+    n = blocks.to(tl.int64)
+    for u in tl.static_range(SPLIT - 1):
+        share = state_ptr + ACC + 4 * WORLD + (source * SPLIT + u) * 3
+        ready = ready & (_read_once(share) == epoch)
+        ab = _read_once(share + 1)
+        a += (ab >> 32) & 0xFFFFFFFF
+        b += ab & 0xFFFFFFFF
+        n += _read_once(share + 2)
+    return ready, (a & 0xFFFFFFFF).to(tl.uint32), (b & 0xFFFFFFFF).to(tl.uint32), n.to(tl.int32)
 
 
 @triton.jit
 def is_verified(state_ptr, source, epoch, WORLD: tl.constexpr):
     """``dc``: whether ``source``'s batch of call ``epoch`` has been marked verified."""
-    return tl.load(state_ptr + ACC + 3 * WORLD + source, volatile=True) == epoch
+    return _read_once(state_ptr + ACC + 3 * WORLD + source) == epoch
 
 
 @triton.jit
