@@ -124,7 +124,7 @@ def _settle(state_ptr, rec_local, slot, s, v, epoch, arrived, lane_a, lane_b, bl
         ready, a, b, n = records.add_shares(state_ptr, s, epoch, lane_a, lane_b, blocks, WORLD,
                                             SPLIT)
         pending = (ready == 0) | records.differs(rec_local, slot, s, epoch, arrived, a, b, n,
-                                                                 WORLD)
+                                                 WORLD)
     else:
         if arrived:
             records.publish_share(state_ptr, s, v, epoch, lane_a, lane_b, blocks, WORLD, SPLIT)
