@@ -120,7 +120,7 @@ def add_shares(state_ptr, source, epoch, lane_a, lane_b, blocks, WORLD: tl.const
                SPLIT: tl.constexpr):
     """``dc``: the last verifier's own lanes and block count plus the ``SPLIT - 1`` shares the others
     published for call ``epoch`` (lanes mod 2**32), and whether all of them are there; every word
-    read once for the program (:func:`_read_once`). A share read as it is rewritten may pair one
+    read once for the program (:func:`sync.read_once`). A share read as it is rewritten may pair one
     pass's words with another's: each lane still matches only over complete rows, so the sum can
     only fail to match, never match early."""
     ready = tl.full([], 1, tl.int1)
@@ -129,18 +129,18 @@ def add_shares(state_ptr, source, epoch, lane_a, lane_b, blocks, WORLD: tl.const
     n = blocks.to(tl.int64)
     for u in tl.static_range(SPLIT - 1):
         share = state_ptr + ACC + 4 * WORLD + (source * SPLIT + u) * 3
-        ready = ready & (_read_once(share) == epoch)
-        ab = _read_once(share + 1)
+        ready = ready & (sync.read_once(share, "relaxed") == epoch)
+        ab = sync.read_once(share + 1, "relaxed")
         a += (ab >> 32) & 0xFFFFFFFF
         b += ab & 0xFFFFFFFF
-        n += _read_once(share + 2)
+        n += sync.read_once(share + 2, "relaxed")
     return ready, (a & 0xFFFFFFFF).to(tl.uint32), (b & 0xFFFFFFFF).to(tl.uint32), n.to(tl.int32)
 
 
 @triton.jit
 def is_verified(state_ptr, source, epoch, WORLD: tl.constexpr):
     """``dc``: whether ``source``'s batch of call ``epoch`` has been marked verified."""
-    return _read_once(state_ptr + ACC + 3 * WORLD + source) == epoch
+    return sync.read_once(state_ptr + ACC + 3 * WORLD + source, "relaxed") == epoch
 
 
 @triton.jit
