@@ -117,19 +117,25 @@ def _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, 
 @triton.jit
 def _settle(state_ptr, rec_local, slot, s, v, epoch, arrived, lane_a, lane_b, blocks,
             WORLD: tl.constexpr, SPLIT: tl.constexpr):
-    """After a pass of verifier ``v`` over its share of source ``s``'s batch: whether it polls again.
-    The last verifier: while the shares' sum does not match ``s``'s record; the others publish
-    their share (once the record is there) and poll until ``s`` is verified."""
+    """After a pass of verifier ``v`` over its share of source ``s``'s batch (or, for the last one, a
+    look at the others' shares): ``(pending, again)``, whether it polls on and whether its next poll
+    re-reads its share. The last verifier polls while the shares' sum does not match ``s``'s record,
+    re-reading its own share before the record is there and once all the others are: while
+    it waits for a share, its own lanes still hold (a pass over a share of a large batch takes
+    about as long as the other verifiers' passes it waits for). The others publish their share (once
+    the record is there) and re-read it until ``s`` is verified."""
     if v == SPLIT - 1:
         ready, a, b, n = records.add_shares(state_ptr, s, epoch, lane_a, lane_b, blocks, WORLD,
                                             SPLIT)
-        pending = (ready == 0) | records.differs(rec_local, slot, s, epoch, arrived, a, b, n,
-                                                 WORLD)
+        differs = records.differs(rec_local, slot, s, epoch, arrived, a, b, n, WORLD)
+        pending = (ready == 0) | differs
+        again = (arrived == 0) | ((ready != 0) & differs)
     else:
         if arrived:
             records.publish_share(state_ptr, s, v, epoch, lane_a, lane_b, blocks, WORLD, SPLIT)
         pending = records.is_verified(state_ptr, s, epoch, WORLD) == 0
-    return pending
+        again = pending
+    return pending, again
 
 
 @triton.jit
@@ -154,12 +160,14 @@ def verify_staged(s, v, stage_local, route_local, count_local, rows_ptr, rec_loc
     arrived, a, b, n = _staged_share(s, v, stage_local, route_local, count_local, rows_ptr, rec_local,
                                      slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, BE, NB,
                                      NB_BLOCK, SPLIT, LIKE)
-    pending = _settle(state_ptr, rec_local, slot, s, v, epoch, arrived, a, b, n, WORLD, SPLIT)
+    pending, again = _settle(state_ptr, rec_local, slot, s, v, epoch, arrived, a, b, n, WORLD, SPLIT)
     while pending & (sync.now_ns() < deadline):
-        arrived, a, b, n = _staged_share(s, v, stage_local, route_local, count_local, rows_ptr,
-                                         rec_local, slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K,
-                                         K_BLOCK, BE, NB, NB_BLOCK, SPLIT, LIKE)
-        pending = _settle(state_ptr, rec_local, slot, s, v, epoch, arrived, a, b, n, WORLD, SPLIT)
+        if again:
+            arrived, a, b, n = _staged_share(s, v, stage_local, route_local, count_local, rows_ptr,
+                                             rec_local, slot, epoch, tokens_max, WORLD, E_LOCAL,
+                                             TOP_K, K_BLOCK, BE, NB, NB_BLOCK, SPLIT, LIKE)
+        pending, again = _settle(state_ptr, rec_local, slot, s, v, epoch, arrived, a, b, n, WORLD,
+                                 SPLIT)
         deadline = sync.still_due(deadline, err_addr)
     _finish(state_ptr, err_addr, sync.WAIT_TOKENS, s, v, epoch, pending, WORLD, SPLIT)
 
@@ -176,11 +184,13 @@ def verify_returned(p, v, back_local, rec_local, state_ptr, idx_ptr, sent_ptr, n
     arrived, a, b, n = _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr, num_tokens,
                                        slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, NB,
                                        NB_BLOCK, SPLIT, PARTIAL)
-    pending = _settle(state_ptr, rec_local, slot, p, v, epoch, arrived, a, b, n, WORLD, SPLIT)
+    pending, again = _settle(state_ptr, rec_local, slot, p, v, epoch, arrived, a, b, n, WORLD, SPLIT)
     while pending & (sync.now_ns() < deadline):
-        arrived, a, b, n = _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr,
-                                           num_tokens, slot, epoch, tokens_max, WORLD, E_LOCAL,
-                                           TOP_K, K_BLOCK, NB, NB_BLOCK, SPLIT, PARTIAL)
-        pending = _settle(state_ptr, rec_local, slot, p, v, epoch, arrived, a, b, n, WORLD, SPLIT)
+        if again:
+            arrived, a, b, n = _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr,
+                                               num_tokens, slot, epoch, tokens_max, WORLD, E_LOCAL,
+                                               TOP_K, K_BLOCK, NB, NB_BLOCK, SPLIT, PARTIAL)
+        pending, again = _settle(state_ptr, rec_local, slot, p, v, epoch, arrived, a, b, n, WORLD,
+                                 SPLIT)
         deadline = sync.still_due(deadline, err_addr)
     _finish(state_ptr, err_addr, sync.WAIT_ROWS, p, v, epoch, pending, WORLD, SPLIT)
