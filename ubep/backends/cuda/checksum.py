@@ -26,6 +26,7 @@ from ubep.protocol import sentinel_candidates
 
 MARK_BYTES = tl.constexpr(8)  # F: marker bytes at the start of every block
 _BLOCK_WORDS = tl.constexpr(128 // 4)  # u32 words per 128-byte block (wire.BLOCK_BYTES)
+_BLOCK_PAIRS = tl.constexpr(128 // 8)  # 8-byte marker pairs per 128-byte block
 
 
 def sentinel_word(dtype: torch.dtype) -> int:
@@ -103,18 +104,27 @@ def checksum(lane_a, lane_b, num_blocks, d):
 
 
 @triton.jit
+def _held_markers(wire_ptr, block, valid):
+    """The two u32 marker words ``(w0, w1)`` of the 128-byte blocks numbered ``block`` (any shape)
+    at ``wire_ptr``, ``valid`` ones only, as one volatile 8-byte load each (word 0 is the low half:
+    little-endian): half the load instructions of two 4-byte loads."""
+    pairs = wire_ptr.to(tl.pointer_type(tl.int64))
+    both = tl.load(pairs + tl.where(valid, block * _BLOCK_PAIRS, 0), mask=valid, other=0,
+                   volatile=True)
+    return (both & 0xFFFFFFFF).to(tl.uint32), ((both >> 32) & 0xFFFFFFFF).to(tl.uint32)
+
+
+@triton.jit
 def wire_lanes(wire_ptr, rows, NB: tl.constexpr, NB_BLOCK: tl.constexpr):
     """Lanes ``(A, B)`` and block count over the markers held at ``wire_ptr`` (a ``dc`` region of
     rows of ``NB`` 128-byte blocks) for the row indices ``rows [R]`` (-1: no row), with volatile loads:
     what a receiver computes while it polls."""
-    words = wire_ptr.to(tl.pointer_type(tl.int32))
     b = tl.arange(0, NB_BLOCK)[None, :]
     r = rows[:, None].to(tl.int64)
     valid = (r >= 0) & (b < NB)
-    at = tl.where(valid, (r * NB + b) * _BLOCK_WORDS, 0)
-    w0 = tl.load(words + at, mask=valid, other=0, volatile=True).to(tl.uint32)
-    w1 = tl.load(words + at + 1, mask=valid, other=0, volatile=True).to(tl.uint32)
-    a, lb = lanes(w0, w1, ((r * NB + b) * 2).to(tl.uint32), valid)
+    block = r * NB + b
+    w0, w1 = _held_markers(wire_ptr, block, valid)
+    a, lb = lanes(w0, w1, (block * 2).to(tl.uint32), valid)
     return a, lb, tl.sum(tl.sum(valid.to(tl.int32), 1), 0)
 
 
@@ -132,11 +142,9 @@ def collides(values, valid, SENTINEL: tl.constexpr, BITS: tl.constexpr):
 def sentinel_pending(wire_ptr, SENTINEL: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr):
     """``sp``: how many of the ``NB`` blocks of the row at ``wire_ptr`` still hold the sentinel in
     both marker words (volatile loads)."""
-    words = wire_ptr.to(tl.pointer_type(tl.int32))
     b = tl.arange(0, NB_BLOCK)
     s = tl.full([], SENTINEL, tl.uint32)
-    w0 = tl.load(words + b * _BLOCK_WORDS, mask=b < NB, other=0, volatile=True).to(tl.uint32)
-    w1 = tl.load(words + b * _BLOCK_WORDS + 1, mask=b < NB, other=0, volatile=True).to(tl.uint32)
+    w0, w1 = _held_markers(wire_ptr, b, b < NB)
     return tl.sum(((w0 == s) & (w1 == s) & (b < NB)).to(tl.int32), 0)
 
 
