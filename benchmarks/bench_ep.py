@@ -113,7 +113,7 @@ def bench_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
                 res = buf.dispatch(x, idx, w)
                 name = f"{backend}/{layout}" + (f"/{sync}" if backend == "cuda" else "") \
                     + (f"/sms{sms}" if sms else "")
-                programs = (buf._backend.programs(tokens), buf._backend.combine_programs()) \
+                programs = (buf._backend.programs(tokens), buf._backend.combine_programs(tokens)) \
                     if backend == "cuda" else (None, None)
                 rows.append({**case, "what": f"{name} dispatch", "bytes": wire.total_bytes,
                              "programs": programs[0],

@@ -230,10 +230,17 @@ def emulated_sentinel_case(_rank: int, _world: int, case: Case, calls: int) -> N
     _check_no_timeout(backends)
 
 
-def emulated_receivers_change_case(_rank: int, _world: int, case: Case, receivers: list[int]) -> None:
+def emulated_receivers_change_case(_rank: int, _world: int, case: Case, receivers: list[int],
+                                   verify_tokens: list[int] | None = None) -> None:
     """One dispatch and one combine per entry of ``receivers``, each call with that many receiving
     programs on every rank (acks count calls, so a slot is freed whatever the number of programs
-    that read it): every result equal to the oracle, no wait timed out."""
+    that read it): every result equal to the oracle, no wait timed out. ``verify_tokens`` (``dc``):
+    each call's tokens per verifier program (``backend.VERIFY_TOKENS``, with no floor), so that the
+    verifiers per source change between calls over the same state words."""
+    from ubep.backends.cuda import backend as cb
+
+    if verify_tokens:
+        cb.VERIFY_MIN, cb.VERIFY_TOKENS = 1, min(verify_tokens)  # state for the most verifiers
     backends = emulated_backends(case)
     world, cfg = len(backends), backends[0].config
     xs, idxs, ws = _inputs(case, world)
@@ -241,10 +248,12 @@ def emulated_receivers_change_case(_rank: int, _world: int, case: Case, receiver
     for call, n in enumerate(receivers):
         for backend in backends:
             backend.receivers = n
+        if verify_tokens:
+            cb.VERIFY_TOKENS = verify_tokens[call]
+        label = f"call {call} ({n} receivers, {backends[0]._verifiers(len(xs[0]))} verifiers)"
         dispatched = _dispatch(backends, xs, idxs, ws)
-        _check_received(dispatched, xs, idxs, ws, cfg, f"call {call} ({n} receivers)", _check_equal)
+        _check_received(dispatched, xs, idxs, ws, cfg, label, _check_equal)
         _check_combine(backends, [x for x, _, _ in dispatched], [h for _, _, h in dispatched], outs,
-                       idxs, ws, cfg, "source", False,
-                       f"call {call} ({n} receivers): rank {{rank}} combine", _check_equal)
+                       idxs, ws, cfg, "source", False, f"{label}: rank {{rank}} combine", _check_equal)
         _check_idle(backends, f"call {call}")
     _check_no_timeout(backends)

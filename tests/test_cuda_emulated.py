@@ -79,6 +79,33 @@ def test_emulated_receivers_may_change_between_calls(sync, monkeypatch):
     run_ranks(emulated_receivers_change_case, 1, case, [1, 3, 2, 5, 1, 4], timeout_s=600)
 
 
+def test_emulated_dc_verifiers_may_change_between_calls(monkeypatch):
+    """``dc`` calls of 37 and 20 tokens with 1 to 32 verifiers per source (tokens per verifier
+    1, 16, 4, 64, 2 here), over the same state words: the last verifier adds only the shares of its
+    own call, whatever an earlier call with more verifiers left."""
+    case = Case(tokens=(37, 20), hidden=16, num_experts=4, top_k=2, dtype="fp32", sync="dc", seed=9)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    run_ranks(emulated_receivers_change_case, 1, case, [3, 1, 2, 4, 2], [1, 16, 4, 64, 2],
+              timeout_s=600)
+
+
+def test_dc_verifiers_follow_the_call_size():
+    """One per 64 tokens in all, 16 to 64, a power of two per source; a budget caps them at a
+    quarter of it; a buffer holds the shares of its largest call."""
+    from ubep.backends.cuda.backend import verify_split
+
+    assert [verify_split(1, None, t) for t in (0, 128, 1024, 1025, 2048, 4096, 8192)] == \
+        [16, 16, 16, 32, 32, 64, 64]
+    assert [verify_split(w, None, 4096) for w in (2, 3, 8)] == [32, 16, 8]
+    assert verify_split(8, None, 128) == 2 and verify_split(16, None, 128) == 1
+    assert verify_split(1, 24, 4096) == 4 and verify_split(2, 24, 4096) == 2
+    assert verify_split(4, 8, 4096) == 1
+    case = Case(tokens=(64, 64), hidden=64, num_experts=8, top_k=2, sync="dc", max_tokens=4096)
+    backend = emulated_backends(case)[0]
+    assert backend.verifiers == 64 and backend._verifiers(128) == 16
+    assert backend._workers(4096).split(2) == 32 and backend._combine_workers(100).split(2) == 8
+
+
 @pytest.mark.parametrize("layout", ["compact", "padded"])
 @pytest.mark.parametrize(("sync", "num_sms"), [("tff", 3), ("sw", 24), ("sp", 132), ("dc", 5)])
 def test_sm_budget_bounds_every_launch(sync, num_sms, layout):
@@ -97,9 +124,9 @@ def test_sm_budget_bounds_every_launch(sync, num_sms, layout):
     assert backend.receivers == (num_sms - backend.verifiers) // (1 if split else 2)
     senders = num_sms - 1 if split else num_sms - backend.verifiers - backend.receivers
     assert senders >= 2
-    combine = backend._combine_workers()
+    combine = backend._combine_workers(4096)
     assert combine.send == (num_sms if split else senders)
-    assert backend.combine_programs() <= num_sms
+    assert backend.combine_programs(4096) <= num_sms
     for tokens in (0, 1, 16, 128, 4096):
         workers = backend._workers(tokens)
         launches = ([workers.count + workers.send + 1, workers.recv + workers.verify] if split

@@ -63,7 +63,11 @@ COMBINE_REGISTERS = {"sw": 128, "tff": 128}
 MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
 # Combine senders move up to K rows per item, one tile after another; more of them hide latency.
 MAX_COMBINE_SEND = 512
-VERIFY_PROGRAMS = 16  # dc without an SM budget: verifier programs in all (verify_split)
+# dc without an SM budget: verifier programs in all, one per VERIFY_TOKENS tokens of the call,
+# within [VERIFY_MIN, VERIFY_MAX] (verify_split). W = 1, 7168 bf16, top-8 (H200, session 20):
+# 4096 tokens, combine verify done at 1089 / 787 / 709 µs with 16 / 32 / 64; 128 tokens, dispatch
+# verify 24 / 46 / 91 µs (the last verifier reads every other share on each poll).
+VERIFY_MIN, VERIFY_MAX, VERIFY_TOKENS = 16, 64, 64
 # With an SM budget the count / token split is re-tuned once per bucket of this many tokens.
 SPLIT_BUCKET_TOKENS = 128
 # Up to this many tokens, senders wait for the counts to leave first: the receivers then know their
@@ -100,11 +104,15 @@ def reduce_step_blocks(meta: dict, rows: int) -> int:
     return max(MIN_TILE_BLOCKS, min(meta["CB"], SEND_TILE_BYTES // (rows * wire.BLOCK_BYTES)))
 
 
-def verify_split(world: int, num_sms: int | None) -> int:
-    """``dc``: verifier programs per source, a power of two: 16 in all without an SM budget, at most
-    about a quarter of a budget, at least one per source. One program reading every marker of a
-    large batch would bound the call (``verify``)."""
-    per_source = max(1, (VERIFY_PROGRAMS if num_sms is None else num_sms // 4) // world)
+def verify_split(world: int, num_sms: int | None, num_tokens: int) -> int:
+    """``dc``: verifier programs per source for a call of ``num_tokens`` tokens, a power of two: in
+    all one per ``VERIFY_TOKENS`` tokens within ``[VERIFY_MIN, VERIFY_MAX]``, at most about a quarter
+    of an SM budget, at least one per source. One program reading every marker of a large batch
+    would bound the call (``verify``); with many, the last one's reads of the others' shares do."""
+    programs = min(VERIFY_MAX, max(VERIFY_MIN, pow2_at_least(-(-num_tokens // VERIFY_TOKENS))))
+    if num_sms is not None:
+        programs = min(programs, num_sms // 4)
+    per_source = max(1, programs // world)
     return 1 << (per_source.bit_length() - 1)
 
 
@@ -133,7 +141,7 @@ class Routes:
 @dataclass(frozen=True)
 class Workers:
     """Programs per group of one launch (each program is one thread block on one SM); ``verify``:
-    ``dc``'s verifiers (0, or ``verify_split`` per source), placed just before the receivers."""
+    ``dc``'s verifiers (0, or ``W * verify_split``), placed just before the receivers."""
 
     count: int
     send: int
@@ -143,6 +151,10 @@ class Workers:
     @property
     def total(self) -> int:
         return self.count + self.send + self.verify + self.recv
+
+    def split(self, world: int) -> int:
+        """Verifiers per source (the kernels' ``SPLIT``; 1 without verifiers)."""
+        return max(1, self.verify // world)
 
 
 class CudaBackend(Backend):
@@ -179,9 +191,9 @@ class CudaBackend(Backend):
                 self.sym[name].local.view(torch.int32).view(-1, wire.BLOCK_BYTES // 4)[:, :2] = fill
         self.sym["sig"].barrier(int(cfg.timeout_s * 1000))  # every rank zeroed before any peer writes
         self.symmetric_bytes = sum(b.nbytes for b in self.sym.values())
-        self.verify_split = verify_split(w, cfg.num_sms) if cfg.sync == "dc" else 1
-        self.verifiers = w * self.verify_split if cfg.sync == "dc" else 0
-        words = records.state_words(w, self.verify_split)
+        # dc: the most verifiers a call has (its state holds their shares; a budget leaves them out)
+        self.verifiers = w * verify_split(w, cfg.num_sms, tm) if cfg.sync == "dc" else 0
+        words = records.state_words(w, max(1, self.verifiers // w))
         self.dispatch_state = torch.zeros(words, dtype=i64, device=device)
         self.combine_state = torch.zeros(words, dtype=i64, device=device)
         self.no_stamps = torch.empty(1, dtype=i64, device=device)  # the stamps argument, unused
@@ -274,7 +286,14 @@ class CudaBackend(Backend):
         # a count program orders at least one step of pairs
         count = max(1, min(-(-num_tokens * cfg.top_k // self.pair_chunk), count))
         return Workers(count=count, send=max(1, min(num_tokens, send)), recv=self.receivers,
-                       verify=self.verifiers)
+                       verify=self._verifiers(num_tokens))
+
+    def _verifiers(self, num_tokens: int) -> int:
+        """``dc``'s verifier programs of a call with ``num_tokens`` tokens here (0 in other modes)."""
+        cfg = self.config
+        if cfg.sync != "dc":
+            return 0
+        return cfg.world_size * verify_split(cfg.world_size, cfg.num_sms, num_tokens)
 
     def _like_workers(self, num_tokens: int) -> Workers:
         """Programs of ``dispatch_like``: the dispatch's senders and receivers, no count group."""
@@ -283,11 +302,11 @@ class CudaBackend(Backend):
             workers = replace(workers, send=max(1, min(num_tokens, self._senders(0))))
         return workers
 
-    def _combine_workers(self) -> Workers:
+    def _combine_workers(self, num_tokens: int) -> Workers:
         cfg = self.config
         send = min(cfg.world_size * cfg.max_tokens_per_rank,
                    MAX_COMBINE_SEND if self.splits is None else self._senders(0))
-        return Workers(0, send, self.receivers, verify=self.verifiers)
+        return Workers(0, send, self.receivers, verify=self._verifiers(num_tokens))
 
     def _widest(self, workers: Workers, writers_extra: int) -> int:
         """Programs of the widest launch of an operation of ``workers``; ``writers_extra``: programs
@@ -301,9 +320,9 @@ class CudaBackend(Backend):
         SMs busy)."""
         return self._widest(self._workers(num_tokens), 1 if self.config.layout == "compact" else 0)
 
-    def combine_programs(self) -> int:
-        """Thread blocks of a combine's widest launch."""
-        return self._widest(self._combine_workers(), 0)
+    def combine_programs(self, num_tokens: int) -> int:
+        """Thread blocks of the widest launch of a combine of ``num_tokens`` tokens."""
+        return self._widest(self._combine_workers(num_tokens), 0)
 
     def _dispatch_launch(self, workers: Workers, x_bits, idx, weights, sent, out_bits, out_w, recv_w,
                          rows, pair_w, tpe, *, like: bool, replicate: bool, final: bool) -> None:
@@ -324,9 +343,9 @@ class CudaBackend(Backend):
             K_BLOCK=self.k_block, E_BLOCK=self.e_block, CHUNK=self.pair_chunk,
             J_BLOCK=max(1, 4096 // self.e_block), N_BLOCK=MAX_COUNT,
             MODE=self.mode, SENTINEL=self.sentinel, LIKE=like, RECORDS=(not like) or sw,
-            REPLICATE=replicate, VERIFY=workers.verify > 0, SPLIT=self.verify_split, FINAL=final,
+            REPLICATE=replicate, VERIFY=workers.verify > 0, SPLIT=workers.split(cfg.world_size),
+            FINAL=final, PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
             COUNTS_FIRST=cfg.sync == "tff" and not like and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,
-            PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
             ROWS=step_rows(meta) if x_bits.shape[0] > workers.send > 0 else 1,
             RECV_ROWS=step_rows(meta) if self.receive_items > workers.recv > 0 else 1, **meta)
 
@@ -334,7 +353,7 @@ class CudaBackend(Backend):
                           weighted: bool, gather: bool):
         """The combine kernel: one launch, or (``phased``, ``split_launches``) the senders,
         ``yield``, the reducers."""
-        workers = self._combine_workers()
+        workers = self._combine_workers(num_tokens)
         if self.phased or self.split_launches:
             self._combine_launch(replace(workers, recv=0, verify=0), rows_RF, routes, num_tokens,
                                  source_w, y, partial=partial, weighted=weighted, gather=gather,
@@ -362,8 +381,9 @@ class CudaBackend(Backend):
             E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=workers.verify > 0,
-            SPLIT=self.verify_split, FINAL=final, PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            maxnreg=COMBINE_REGISTERS.get(cfg.sync), ROWS=min(self.k_block, step_rows(meta)), R_BLOCK=r_block,
+            SPLIT=workers.split(cfg.world_size), FINAL=final, PROFILE=self.timer.enabled,
+            num_warps=NUM_WARPS, maxnreg=COMBINE_REGISTERS.get(cfg.sync),
+            ROWS=min(self.k_block, step_rows(meta)), R_BLOCK=r_block,
             RCB=reduce_step_blocks(meta, r_block), **meta)
 
     # -- dispatch ---------------------------------------------------------------------------------
