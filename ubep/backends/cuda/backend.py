@@ -191,7 +191,7 @@ class CudaBackend(Backend):
                 self.sym[name].local.view(torch.int32).view(-1, wire.BLOCK_BYTES // 4)[:, :2] = fill
         self.sym["sig"].barrier(int(cfg.timeout_s * 1000))  # every rank zeroed before any peer writes
         self.symmetric_bytes = sum(b.nbytes for b in self.sym.values())
-        # dc: the most verifiers a call has (its state holds their shares; a budget leaves them out)
+        # dc: the most verifiers a call has (the state holds their shares; an SM budget sets them aside)
         self.verifiers = w * verify_split(w, cfg.num_sms, tm) if cfg.sync == "dc" else 0
         words = records.state_words(w, max(1, self.verifiers // w))
         self.dispatch_state = torch.zeros(words, dtype=i64, device=device)
