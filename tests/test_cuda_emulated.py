@@ -89,6 +89,15 @@ def test_emulated_dc_verifiers_may_change_between_calls(monkeypatch):
               timeout_s=600)
 
 
+def test_dc_shares_add_up(monkeypatch):
+    """The last ``dc`` verifier's sum over the shares of its call and source, mod 2**32, and not
+    ready while a share is of another call."""
+    from tests.cuda_sync import shares_add_up
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    run_ranks(shares_add_up, 1, timeout_s=600)
+
+
 def test_dc_verifiers_follow_the_call_size():
     """One per 64 tokens in all, 16 to 64, a power of two per source; a budget caps them at a
     quarter of it; a buffer holds the shares of its largest call."""
