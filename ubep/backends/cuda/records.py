@@ -115,26 +115,35 @@ def publish_share(state_ptr, source, v, epoch, lane_a, lane_b, blocks, WORLD: tl
     tl.atomic_xchg(share, epoch, sem="release", scope="gpu")
 
 
+# Words of the other verifiers' shares the last one reads at once: one per thread of a program
+# (backend.NUM_WARPS warps of 32), so that no two threads hold the same word (``add_shares``).
+SHARE_WORDS = tl.constexpr(256)
+
+
 @triton.jit
 def add_shares(state_ptr, source, epoch, lane_a, lane_b, blocks, WORLD: tl.constexpr,
                SPLIT: tl.constexpr):
     """``dc``: the last verifier's own lanes and block count plus the ``SPLIT - 1`` shares the others
-    published for call ``epoch`` (lanes mod 2**32), and whether all of them are there; every word
-    read once for the program (:func:`sync.read_once`). A share read as it is rewritten may pair one
-    pass's words with another's: each lane still matches only over complete rows, so the sum can
-    only fail to match, never match early."""
-    ready = tl.full([], 1, tl.int1)
-    a = lane_a.to(tl.int64)
-    b = lane_b.to(tl.int64)
-    n = blocks.to(tl.int64)
-    for u in tl.static_range(SPLIT - 1):
-        share = state_ptr + ACC + 4 * WORLD + (source * SPLIT + u) * 3
-        ready = ready & (sync.read_once(share, "relaxed") == epoch)
-        ab = sync.read_once(share + 1, "relaxed")
-        a += (ab >> 32) & 0xFFFFFFFF
-        b += ab & 0xFFFFFFFF
-        n += sync.read_once(share + 2, "relaxed")
-    return ready, (a & 0xFFFFFFFF).to(tl.uint32), (b & 0xFFFFFFFF).to(tl.uint32), n.to(tl.int32)
+    published for call ``epoch`` (lanes mod 2**32), and whether all of them are there. Every word is
+    read by one thread, all in one round (a relaxed system-scope atomic add of 0 each); the sums over
+    the program go to every thread alike, so its warps agree on the poll. A word read by two threads
+    could differ between them (a peer rewrites it meanwhile), hence ``SHARE_WORDS`` words, one per
+    thread. A share read as it is rewritten may pair one pass's words with another's: each lane
+    still matches only over complete rows, so the sum can only fail to match, never match early."""
+    tl.static_assert(3 * (SPLIT - 1) <= SHARE_WORDS)
+    words = tl.arange(0, SHARE_WORDS)
+    live = words < 3 * (SPLIT - 1)
+    share = state_ptr + ACC + 4 * WORLD + source * SPLIT * 3
+    got = tl.atomic_add(share + words, tl.zeros([SHARE_WORDS], dtype=tl.int64), mask=live,
+                        sem="relaxed", scope="sys")
+    got = tl.where(live, got, 0)
+    kind = words % 3  # (epoch, lane A << 32 | lane B, blocks) per share (publish_share)
+    stale = tl.sum(((kind == 0) & live & (got != epoch)).to(tl.int32), 0)
+    lanes = tl.where(kind == 1, got, 0)
+    a = lane_a.to(tl.int64) + tl.sum((lanes >> 32) & 0xFFFFFFFF, 0)
+    b = lane_b.to(tl.int64) + tl.sum(lanes & 0xFFFFFFFF, 0)
+    n = blocks.to(tl.int64) + tl.sum(tl.where(kind == 2, got, 0), 0)
+    return stale == 0, (a & 0xFFFFFFFF).to(tl.uint32), (b & 0xFFFFFFFF).to(tl.uint32), n.to(tl.int32)
 
 
 @triton.jit
