@@ -22,7 +22,7 @@ from tests.workers import (
     stress_case,
     timeout_case,
 )
-from ubep.config import SYNC_MODES
+from ubep.config import SYNC_MODES, least_cuda_sms
 
 pytestmark = pytest.mark.cuda
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -34,7 +34,10 @@ needs_cuda = pytest.mark.skipif(GPUS < 1, reason="needs a CUDA device")
 def test_matches_oracle(world, backend, sync):
     if GPUS < 1 or (backend == "reference" and world > GPUS):
         pytest.skip(f"needs {1 if backend == 'cuda' else world} CUDA devices")
-    cases = [dataclasses.replace(c, backend=backend, sync=sync) for c in cases_for(world)]
+    least = least_cuda_sms(world, sync)  # the SM-budget case, raised to what dc needs at this W
+    cases = [dataclasses.replace(c, backend=backend, sync=sync,
+                                 num_sms=c.num_sms and max(c.num_sms, least))
+             for c in cases_for(world)]
     run_on_gpus(run_cases, world, cases, timeout_s=600)
 
 

@@ -14,7 +14,7 @@ from torch.autograd.function import once_differentiable
 
 from ubep.backends.base import Backend, Handle
 from ubep.backends.reference import ReferenceBackend
-from ubep.config import REDUCTIONS, EPConfig
+from ubep.config import REDUCTIONS, EPConfig, least_cuda_sms
 
 BACKENDS = ("auto", "reference", "cuda", "ascend")
 _DEVICE_OF_PG_BACKEND = {"gloo": "cpu", "nccl": "cuda", "hccl": "npu"}
@@ -66,7 +66,7 @@ def _make_backend(name: str, config: EPConfig, group, device: torch.device) -> B
         if config.num_experts > 1024:
             raise ValueError(f"num_experts must be <= 1024 for backend='cuda', got "
                              f"{config.num_experts}")
-        least = 3 + (config.world_size if config.sync == "dc" else 0)
+        least = least_cuda_sms(config.world_size, config.sync)
         if config.num_sms is not None and config.num_sms < least:
             raise ValueError(f"num_sms must be >= {least} for backend='cuda' with sync="
                              f"{config.sync!r} (one count, one token and one receive program"

@@ -17,6 +17,14 @@ SYNC_MODES = ("sw", "tff", "dc", "sp")  # ubep.protocol.MODES; the reference bac
 REDUCTIONS = ("source", "expert_rank")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
+
+
+def least_cuda_sms(world_size: int, sync: str) -> int:
+    """The smallest SM budget (``num_sms``) of the cuda backend: one count, one token and one receive
+    program, and in ``dc`` one verifier per rank."""
+    return 3 + (world_size if sync == "dc" else 0)
+
+
 # Row indices travel as int32 on the wire, so every destination row index must fit in one.
 MAX_ROWS = 2**31 - 1
 
