@@ -8,8 +8,9 @@ memory, in each sync mode; dispatch, combine with each reduction), NCCL's
 rows through torch's NVSHMEM ``all_to_all_vdev`` with ``--vdev`` where it runs, and once per run a large
 peer-to-peer copy between GPU 0 and GPU 1 as the link ceiling (on one GPU, ``--ranks 1``: a copy
 within it, and no ``all_to_all_vdev``; every row then stays on the GPU, which isolates the kernels'
-own costs and the host's from the link). Times come from CUDA
-events after a warm-up; each figure is the median over the iterations with the min-max spread, on
+own costs and the host's from the link). Times come from CUDA events after a warm-up (the padded
+layout's CUDA-graph replays also queued behind a delay kernel, the host's launch latency hidden as
+inside a model's graph); each figure is the median over the iterations with the min-max spread, on
 rank 0, plus the slowest rank's median. Bytes are those that crossed between rank 0 and the other
 ranks: for dispatch what rank 0 sent, for combine what came back to rank 0. ``programs`` is the
 cuda backend's grid (thread blocks, each on one SM at a time; at most that many SMs). Writes
@@ -39,6 +40,7 @@ from ubep.workloads import origin_tokens, origin_weights, skewed_topk
 os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
                   NVSHMEM_DISABLE_NVLS="1")
 PADDED_MAX_TOKENS = 512  # the padded (decode) layout holds W * T rows per local expert
+DELAY_CYCLES = 400_000  # a delay kernel of about 200 µs at 2 GHz: longer than queueing a graph replay
 
 
 def link_ceiling_gbps(num_bytes: int = 1 << 30, iters: int = 10, peer: int = 1) -> float:
@@ -70,6 +72,32 @@ def _time(fn, iters: int, warmup: int) -> list[float]:
         fn()
         end.record()
         end.synchronize()
+        if i >= warmup:
+            out.append(start.elapsed_time(end) * 1e3)
+    return out
+
+
+def _time_queued(fn, iters: int, warmup: int) -> list[float]:
+    """µs per call of ``fn`` queued behind a delay kernel: the GPU reaches the start event with the
+    call already queued, so the time is the GPU's alone, without the host's launch latency (what a
+    call costs inside a larger graph, the previous kernel still running). Raises if the host took
+    longer to queue the call than the delay lasted."""
+    out = []
+    for i in range(warmup + iters):
+        dist.barrier()
+        torch.cuda.synchronize()
+        before, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        before.record()
+        torch.cuda._sleep(DELAY_CYCLES)
+        start.record()
+        t0 = time.perf_counter()
+        fn()
+        end.record()
+        queued_ms = (time.perf_counter() - t0) * 1e3
+        end.synchronize()
+        if before.elapsed_time(start) <= queued_ms:
+            raise RuntimeError(f"the delay kernel ({before.elapsed_time(start):.3f} ms) ended before "
+                               f"the host had queued the call ({queued_ms:.3f} ms): raise DELAY_CYCLES")
         if i >= warmup:
             out.append(start.elapsed_time(end) * 1e3)
     return out
@@ -161,15 +189,20 @@ def _variants(args) -> list[tuple[str, str, str, int | None]]:
 
 
 def _graph_rows(buf, x, idx, w, case: dict, wire, name: str, programs, args) -> list[dict]:
-    """The padded layout's dispatch and combines timed as CUDA-graph replays (no launch cost)."""
+    """The padded layout's dispatch and combines as CUDA-graph replays (no Python launch cost), each
+    timed twice: from an idle GPU ("graph", the replay's own launch latency included) and queued
+    behind a delay kernel ("queued graph": the GPU's time alone)."""
     dispatch_graph, res = _graphed(lambda: buf.dispatch(x, idx, w))
-    rows = [{**case, "what": f"{name} graph dispatch", "bytes": wire.total_bytes,
-             "programs": programs[0], "us": _time(dispatch_graph.replay, args.iters, args.warmup)}]
+    graphs = [("dispatch", dispatch_graph, wire.total_bytes, programs[0])]
     for reduce in ("source", "expert_rank"):
         graph, _ = _graphed(lambda red=reduce: buf.combine(res.recv_x, res.handle, reduce=red))
         out_bytes = (wire.pairs_sent if reduce == "source" else wire.tokens_sent) * args.hidden * 2
-        rows.append({**case, "what": f"{name} graph combine {reduce}", "bytes": out_bytes,
-                     "programs": programs[1], "us": _time(graph.replay, args.iters, args.warmup)})
+        graphs.append((f"combine {reduce}", graph, out_bytes, programs[1]))
+    rows = []
+    for label, timer in (("graph", _time), ("queued graph", _time_queued)):
+        rows += [{**case, "what": f"{name} {label} {op}", "bytes": num_bytes, "programs": grid,
+                  "us": timer(graph.replay, args.iters, args.warmup)}
+                 for op, graph, num_bytes, grid in graphs]
     return rows
 
 
