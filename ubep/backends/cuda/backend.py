@@ -66,7 +66,8 @@ MAX_COMBINE_SEND = 512
 # dc without an SM budget: verifier programs in all, one per VERIFY_TOKENS tokens of the call,
 # within [VERIFY_MIN, VERIFY_MAX] (verify_split). W = 1, 7168 bf16, top-8 (H200, session 20):
 # 4096 tokens, combine verify done at 1089 / 787 / 709 µs with 16 / 32 / 64; 128 tokens, dispatch
-# verify 24 / 46 / 91 µs (the last verifier reads every other share on each poll).
+# verify 24 / 46 / 91 µs (the last verifier then read the other shares one word at a time; read in
+# one round since session 21, 16 verifiers take 10 µs there).
 VERIFY_MIN, VERIFY_MAX, VERIFY_TOKENS = 16, 64, 64
 # With an SM budget the count / token split is re-tuned once per bucket of this many tokens.
 SPLIT_BUCKET_TOKENS = 128
@@ -108,7 +109,8 @@ def verify_split(world: int, num_sms: int | None, num_tokens: int) -> int:
     """``dc``: verifier programs per source for a call of ``num_tokens`` tokens, a power of two: in
     all one per ``VERIFY_TOKENS`` tokens within ``[VERIFY_MIN, VERIFY_MAX]``, at most about a quarter
     of an SM budget, at least one per source. One program reading every marker of a large batch
-    would bound the call (``verify``); with many, the last one's reads of the others' shares do."""
+    would bound the call (``verify``); many delay a small call, whose last verifier adds up every
+    other share."""
     programs = min(VERIFY_MAX, max(VERIFY_MIN, pow2_at_least(-(-num_tokens // VERIFY_TOKENS))))
     if num_sms is not None:
         programs = min(programs, num_sms // 4)
