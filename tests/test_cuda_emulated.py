@@ -45,6 +45,11 @@ CASES = [
          num_sms=3),
     Case(tokens=(6, 0, 7), hidden=24, num_experts=6, top_k=2, dtype="fp16", layout="padded",
          sync="sp", seed=7, num_sms=8),
+    # receivers with several groups of 8 items each (80 items, 3 or 2 receivers)
+    Case(tokens=(40, 30), hidden=16, num_experts=4, top_k=2, dtype="fp32", sync="sw", seed=10,
+         num_sms=3),
+    Case(tokens=(40, 30), hidden=16, num_experts=4, top_k=2, dtype="fp32", layout="padded",
+         sync="tff", seed=11, num_sms=4),
 ]
 # sp rows holding the sentinel: fp32 rows of 2 blocks, fp16 rows of 3 (the last one padded)
 SENTINEL_CASES = [
