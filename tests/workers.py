@@ -13,6 +13,7 @@ import torch
 
 import ubep
 from ubep import oracle, protocol, workloads
+from ubep.config import least_cuda_sms
 from ubep.reduce import ordered_sum
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -346,7 +347,7 @@ def dead_peer_combine_case(rank: int, world_size: int, sync: str) -> tuple[float
     for timeout_s in (60, 1):
         buf = ubep.Buffer(hidden=64, num_experts=4, top_k=2, max_tokens_per_rank=tokens,
                           dtype=torch.bfloat16, layout="compact", backend="cuda", sync=sync,
-                          timeout_s=timeout_s, num_sms=3 + (world_size if sync == "dc" else 0),
+                          timeout_s=timeout_s, num_sms=least_cuda_sms(world_size, sync),
                           device=dev)
         res = buf.dispatch(x, idx, weights)
         buf.synchronize()

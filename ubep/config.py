@@ -18,7 +18,6 @@ REDUCTIONS = ("source", "expert_rank")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-
 def least_cuda_sms(world_size: int, sync: str) -> int:
     """The smallest SM budget (``num_sms``) of the cuda backend: one count, one token and one receive
     program, and in ``dc`` one verifier per rank."""
