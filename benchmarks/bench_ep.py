@@ -61,41 +61,27 @@ def link_ceiling_gbps(num_bytes: int = 1 << 30, iters: int = 10, peer: int = 1) 
     return num_bytes / statistics.median(times) / 1e9
 
 
-def _time(fn, iters: int, warmup: int) -> list[float]:
-    """µs per call of ``fn`` (CUDA events, a barrier before each call so ranks start together)."""
-    out = []
-    for i in range(warmup + iters):
-        dist.barrier()
-        torch.cuda.synchronize()
-        start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        if i >= warmup:
-            out.append(start.elapsed_time(end) * 1e3)
-    return out
-
-
-def _time_queued(fn, iters: int, warmup: int) -> list[float]:
-    """µs per call of ``fn`` queued behind a delay kernel: the GPU reaches the start event with the
-    call already queued, so the time is the GPU's alone, without the host's launch latency (what a
-    call costs inside a larger graph, the previous kernel still running). Raises if the host took
-    longer to queue the call than the delay lasted."""
+def _time(fn, iters: int, warmup: int, queued: bool = False) -> list[float]:
+    """µs per call of ``fn`` (CUDA events, a barrier before each call so ranks start together).
+    ``queued``: each call queued behind a delay kernel, so that the GPU reaches the start event with
+    the call already queued: the GPU's time alone, without the host's launch latency (what a call
+    costs inside a larger graph, the previous kernel still running); raises if the host took longer
+    to queue the call than the delay lasted."""
     out = []
     for i in range(warmup + iters):
         dist.barrier()
         torch.cuda.synchronize()
         before, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         before.record()
-        torch.cuda._sleep(DELAY_CYCLES)
+        if queued:
+            torch.cuda._sleep(DELAY_CYCLES)
         start.record()
         t0 = time.perf_counter()
         fn()
         end.record()
         queued_ms = (time.perf_counter() - t0) * 1e3
         end.synchronize()
-        if before.elapsed_time(start) <= queued_ms:
+        if queued and before.elapsed_time(start) <= queued_ms:
             raise RuntimeError(f"the delay kernel ({before.elapsed_time(start):.3f} ms) ended before "
                                f"the host had queued the call ({queued_ms:.3f} ms): raise DELAY_CYCLES")
         if i >= warmup:
@@ -199,9 +185,9 @@ def _graph_rows(buf, x, idx, w, case: dict, wire, name: str, programs, args) -> 
         out_bytes = (wire.pairs_sent if reduce == "source" else wire.tokens_sent) * args.hidden * 2
         graphs.append((f"combine {reduce}", graph, out_bytes, programs[1]))
     rows = []
-    for label, timer in (("graph", _time), ("queued graph", _time_queued)):
+    for label, queued in (("graph", False), ("queued graph", True)):
         rows += [{**case, "what": f"{name} {label} {op}", "bytes": num_bytes, "programs": grid,
-                  "us": timer(graph.replay, args.iters, args.warmup)}
+                  "us": _time(graph.replay, args.iters, args.warmup, queued)}
                  for op, graph, num_bytes, grid in graphs]
     return rows
 
