@@ -1,8 +1,7 @@
 """Checks of the CUDA backend's synchronization helpers (``ubep.backends.cuda.sync``, and the ``dc``
-verifiers' shares in ``records``) through
-Triton's interpreter on the CPU, each a rank function of ``ubep.launch.run_ranks`` run in a process
-whose environment had ``TRITON_INTERPRET=1`` before Triton was imported
-(tests/test_cuda_emulated.py)."""
+verifiers' shares in ``records``) through Triton's interpreter on the CPU, each a rank function of
+``ubep.launch.run_ranks`` run in a process whose environment had ``TRITON_INTERPRET=1`` before
+Triton was imported (tests/test_cuda_emulated.py)."""
 
 from __future__ import annotations
 

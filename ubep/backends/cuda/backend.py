@@ -194,7 +194,7 @@ class CudaBackend(Backend):
         self.sym["sig"].barrier(int(cfg.timeout_s * 1000))  # every rank zeroed before any peer writes
         self.symmetric_bytes = sum(b.nbytes for b in self.sym.values())
         # dc: the most verifiers a call has (the state holds their shares; an SM budget sets them aside)
-        self.verifiers = w * verify_split(w, cfg.num_sms, tm) if cfg.sync == "dc" else 0
+        self.verifiers = self._verifiers(tm)
         words = records.state_words(w, max(1, self.verifiers // w))
         self.dispatch_state = torch.zeros(words, dtype=i64, device=device)
         self.combine_state = torch.zeros(words, dtype=i64, device=device)
