@@ -34,7 +34,8 @@ from ubep import oracle, workloads
 
 def emulated_backends(case: Case, max_count: int | None = None) -> list:
     """One ``CudaBackend`` per rank of ``case``, over host tensors shared in one process. Count
-    programs order 4 pairs per step, so small cases have several; ``max_count`` caps their number."""
+    programs order 4 pairs per step, so small cases have several (the first ones count the pairs
+    before them, later ones wait for them); ``max_count`` caps their number."""
     from ubep.backends.cuda import backend as cb
     from ubep.config import EPConfig
 
@@ -66,6 +67,7 @@ def emulated_backends(case: Case, max_count: int | None = None) -> list:
             backend.timeout_ns = 0  # the interpreter has no timer: a wait checks once
             backend.phased = True
             backend.pair_chunk = 4
+            backend.prefix_pairs = 8  # count programs starting past pair 8 wait for the rows before
             backend.max_count = max_count or backend.max_count
             backends.append(backend)
     finally:

@@ -74,7 +74,7 @@ def _mode(mode, dtype):
 @pytest.mark.parametrize(("like", "replicate"), [(False, False), (False, True), (True, True)])
 def test_dispatch_compiles(mode, like, replicate):
     constants = {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
-                 "E_BLOCK": 256, "CHUNK": 128, "J_BLOCK": 16, "N_BLOCK": 256,
+                 "E_BLOCK": 256, "CHUNK": 128, "J_BLOCK": 16, "N_BLOCK": 256, "PREFIX": 2048,
                  **_mode(mode, torch.bfloat16), "LIKE": like,
                  "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate,
                  "VERIFY": replicate and mode == "dc", "SPLIT": 8, "FINAL": replicate, "PROFILE": replicate,
@@ -158,7 +158,7 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
     rows = row_meta(mode, hidden, elem_bytes, tokens)
     int_type, float_type = {2: ("*i16", "*bf16"), 4: ("*i32", "*fp32")}[elem_bytes]
     dispatch = {"WORLD": 2, "E_LOCAL": 4, "W_BLOCK": 2, "L_BLOCK": 4, "TOP_K": 2, "K_BLOCK": 2,
-                "E_BLOCK": 8, "CHUNK": 128, "J_BLOCK": 512, "N_BLOCK": 256,
+                "E_BLOCK": 8, "CHUNK": 128, "J_BLOCK": 512, "N_BLOCK": 256, "PREFIX": 2048,
                 **_mode(mode, torch.bfloat16), "LIKE": False, "RECORDS": True,
                 "REPLICATE": True, "VERIFY": False, "SPLIT": 1, "FINAL": True, "PROFILE": False,
                 "COUNTS_FIRST": mode == "tff", **rows}

@@ -45,6 +45,9 @@ CHUNK_BYTES, LARGE_CHUNK_BYTES, LARGE_CHUNK_TOKENS = 8192, 16384, 1024
 # 25.5 -> 29.5 µs at W = 1).
 SEND_TILE_BYTES = 32768
 PAIR_CHUNK = 128  # pairs a count program orders per step (a [CHUNK, CHUNK] comparison)
+# A count program whose range starts within this many pairs counts those before it itself, in one
+# load, instead of waiting for the rows of the programs that hold them (256 tokens of top-8).
+PREFIX_PAIRS = 2048
 NUM_WARPS = 8
 # Blocks of a row tile, at least one 16-byte vector per thread: Triton then gives each 128-byte block
 # to 8 lanes of one warp, so a block moves in one warp instruction, which tff and sp rely on. Smaller
@@ -235,6 +238,7 @@ class CudaBackend(Backend):
         # fixed per buffer, acks count its programs); benchmarks/calibrate_split.py sweeps them.
         self.max_count, self.max_send = MAX_COUNT, MAX_SEND
         self.pair_chunk = PAIR_CHUNK  # a power of 2; tests lower it to get several count programs
+        self.prefix_pairs = PREFIX_PAIRS  # a power of 2; tests lower it to take both paths
         self.launch_dispatch, self.launch_combine = Launcher(dk.dispatch), Launcher(ck.combine)
 
     # -- errors -----------------------------------------------------------------------------------
@@ -342,7 +346,7 @@ class CudaBackend(Backend):
             self.timeout_ns, self.error_block.data_ptr(), workers.count, workers.send, workers.recv,
             writers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
             W_BLOCK=self.w_block, L_BLOCK=pow2_at_least(cfg.num_local_experts), TOP_K=cfg.top_k,
-            K_BLOCK=self.k_block, E_BLOCK=self.e_block, CHUNK=self.pair_chunk,
+            K_BLOCK=self.k_block, E_BLOCK=self.e_block, CHUNK=self.pair_chunk, PREFIX=self.prefix_pairs,
             J_BLOCK=max(1, 4096 // self.e_block), N_BLOCK=MAX_COUNT,
             MODE=self.mode, SENTINEL=self.sentinel, LIKE=like, RECORDS=(not like) or sw,
             REPLICATE=replicate, VERIFY=workers.verify > 0, SPLIT=workers.split(cfg.world_size),

@@ -6,7 +6,10 @@ count programs split the pairs into contiguous ranges (program ``j`` the ``j``-t
 
 1. count their range's pairs per expert (``hist [E]``), store that row and flag it done;
 2. wait for the flags of the programs with lower ids only (lower ids are scheduled first), and add
-   their rows: ``base[e]``, the pairs of ``e`` before the range;
+   their rows: ``base[e]``, the pairs of ``e`` before the range. A range that starts within the
+   first ``PREFIX`` pairs counts the pairs before it itself instead, in one load (decode: one round
+   trip instead of a row store, a flag, a wait and a load); where no program of the call waits,
+   step 1 is skipped;
 3. walk the range in chunks of ``CHUNK`` pairs: order = ``base[e]`` + pairs of ``e`` earlier in the
    chunk (a ``[CHUNK, CHUNK]`` comparison) and write the route entry ``(epoch, local expert << 32 |
    order, weight bits)`` straight into the expert's rank, then add the chunk to ``base``;
@@ -56,7 +59,8 @@ def _rows_before(hist_ptr, j, E_BLOCK: tl.constexpr, J_BLOCK: tl.constexpr):
 def count_role(j, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, hist_ptr, flags_ptr, rank,
                slot, epoch, n_count, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
                E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, E_BLOCK: tl.constexpr,
-               CHUNK: tl.constexpr, J_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr):
+               CHUNK: tl.constexpr, J_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
+               PREFIX: tl.constexpr):
     """Count program ``j`` of ``n_count`` (see the module doc). ``idx`` / ``w``: ``[T * K]`` int64 /
     fp32; ``hist [n_count, E_BLOCK]`` int32 and ``flags [N_BLOCK]`` int64: this GPU's scratch."""
     num_pairs = num_tokens * TOP_K
@@ -64,13 +68,17 @@ def count_role(j, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, hist_ptr, 
     first = tl.minimum(j * per, num_pairs)
     last = tl.minimum(first + per, num_pairs)
     es = tl.arange(0, E_BLOCK)
-    mine = _range_hist(idx_ptr, first, last, E_BLOCK, CHUNK)
-    tl.store(hist_ptr + j * E_BLOCK + es, mine)
-    tl.debug_barrier()  # the row is stored before the flag is released
-    tl.atomic_xchg(flags_ptr + j, epoch, sem="release", scope="gpu")
-    sync.wait_words(flags_ptr, 0, j, epoch, timeout_ns, err_addr, sync.WAIT_COUNTS, epoch, 1, 1,
-                    N_BLOCK, False)
-    base = _rows_before(hist_ptr, j, E_BLOCK, J_BLOCK)
+    if (n_count - 1) * per > PREFIX:  # some program of this call waits for the rows before it
+        mine = _range_hist(idx_ptr, first, last, E_BLOCK, CHUNK)
+        tl.store(hist_ptr + j * E_BLOCK + es, mine)
+        tl.debug_barrier()  # the row is stored before the flag is released
+        tl.atomic_xchg(flags_ptr + j, epoch, sem="release", scope="gpu")
+    if first <= PREFIX:
+        base = _range_hist(idx_ptr, 0, first, E_BLOCK, PREFIX)
+    else:
+        sync.wait_words(flags_ptr, 0, j, epoch, timeout_ns, err_addr, sync.WAIT_COUNTS, epoch, 1, 1,
+                        N_BLOCK, False)
+        base = _rows_before(hist_ptr, j, E_BLOCK, J_BLOCK)
     offs = tl.arange(0, CHUNK)
     earlier = offs[None, :] < offs[:, None]  # [p, q]: q comes before p
     stage = (slot * WORLD + rank).to(tl.int64) * tokens_max * TOP_K * 4

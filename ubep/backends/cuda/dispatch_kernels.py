@@ -283,7 +283,8 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
              NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr,
              RECV_ROWS: tl.constexpr, E_BLOCK: tl.constexpr,
              CHUNK: tl.constexpr, J_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
-             MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
+             PREFIX: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr,
+             RECORDS: tl.constexpr,
              REPLICATE: tl.constexpr, VERIFY: tl.constexpr, SPLIT: tl.constexpr, FINAL: tl.constexpr,
              COUNTS_FIRST: tl.constexpr, PROFILE: tl.constexpr):
     """One launch of a dispatch (see the module doc); program roles by id: ``[0, n_count)`` count,
@@ -295,6 +296,8 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     (``tff`` only): senders start once this rank's record is out, so the counts lead the tokens.
     ``NB_BLOCK``: ``NB`` rounded up to a power of two (the ``dc`` verifiers and ``sp``'s marker
     reset). ``ROWS`` / ``RECV_ROWS``: rows a sender / receiver moves per step (powers of two).
+    ``PREFIX``: a count program whose range starts within this many pairs counts the pairs before
+    it itself (``counting``).
 
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
     buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
@@ -319,7 +322,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
         if pid < n_count:
             count_role(pid, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, hist_ptr, flags_ptr,
                        rank, slot, epoch, n_count, tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL,
-                       TOP_K, E_BLOCK, CHUNK, J_BLOCK, N_BLOCK)
+                       TOP_K, E_BLOCK, CHUNK, J_BLOCK, N_BLOCK, PREFIX)
         else:
             if COUNTS_FIRST:
                 sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
