@@ -136,17 +136,50 @@ def _zero_padding(out_w_ptr, recv_w_ptr, total, j, n_recv, capacity, E_LOCAL: tl
 
 
 @triton.jit
-def _receive_rows(g, stage_local, route_local, count_local, rec_local, bases, out_ptr, out_w_ptr,
-                  recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max, deadline, err_addr,
-                  WORLD: tl.constexpr, E_LOCAL: tl.constexpr, L_BLOCK: tl.constexpr,
-                  TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr,
-                  BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
-                  CB: tl.constexpr, ROWS: tl.constexpr, MODE: tl.constexpr,
-                  SENTINEL: tl.constexpr, LIKE: tl.constexpr):
+def _route_entries(g, route_local, count_local, slot, tokens_max, WORLD: tl.constexpr,
+                   E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
+                   ROWS: tl.constexpr, LIKE: tl.constexpr):
+    """The route entries of items ``g * ROWS + u`` (``_receive_rows``), ``[ROWS, K_BLOCK]`` each:
+    ``(pair asked and its token within its source's count, entry epoch, info, weight bits)``. The
+    count and all of an entry's words are loaded at once (one round trip, not three): entries past
+    the count or of other calls are read, then dropped by their epoch word. ``LIKE``: none (the
+    rows come from the handle), nothing loaded."""
+    us = tl.arange(0, ROWS)
+    ks = tl.arange(0, K_BLOCK)
+    items = g * ROWS + us  # [ROWS]
+    valid = items < WORLD * tokens_max
+    asked = (ks < TOP_K)[None, :] & valid[:, None]
+    if LIKE:
+        listed = tl.zeros([ROWS, K_BLOCK], dtype=tl.int1)
+        entry_epoch = tl.zeros([ROWS, K_BLOCK], dtype=tl.int64)
+        info = entry_epoch
+        bits = entry_epoch
+    else:
+        s = tl.where(valid, items // tokens_max, 0)
+        t = items % tokens_max
+        staged = (slot * WORLD + s) * tokens_max + t
+        count_at = count_local + (slot * WORLD + s) * (E_LOCAL + 1) + E_LOCAL
+        entry = route_local + (staged.to(tl.int64)[:, None] * TOP_K + ks[None, :]) * 4
+        listed = asked & (t < tl.load(count_at, mask=valid, other=0))[:, None]
+        entry_epoch = tl.load(entry, mask=asked, other=0)
+        info = tl.load(entry + 1, mask=asked, other=0)
+        bits = tl.load(entry + 2, mask=asked, other=0)
+    return listed, entry_epoch, info, bits
+
+
+@triton.jit
+def _receive_rows(g, listed, entry_epoch, info, bits, stage_local, count_local, rec_local, bases,
+                  out_ptr, out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max,
+                  deadline, err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
+                  L_BLOCK: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
+                  HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
+                  NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr,
+                  MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr):
     """Items ``i = g * ROWS + u`` (``u < ROWS``; item ``i = s * T_max + t``: staged token ``t`` of
-    source ``s``) into their receive rows. Adjacent tokens, which senders send at about the same
-    time, are loaded as one tile, their route entries and rows' loads in flight together.
-    ``deadline`` (ns) ends every row wait of the receiver's items."""
+    source ``s``) into their receive rows, given their route entries (``_route_entries``: loaded
+    ahead, the first group's with the counts). Adjacent tokens, which senders send at about the
+    same time, are loaded as one tile. ``deadline`` (ns) ends every row wait of the receiver's
+    items."""
     us = tl.arange(0, ROWS)
     ks = tl.arange(0, K_BLOCK)
     kmask = (ks < TOP_K)[None, :]
@@ -159,16 +192,8 @@ def _receive_rows(g, stage_local, route_local, count_local, rec_local, bases, ou
     if LIKE:
         rows = tl.load(rows_ptr + pairs, mask=valid[:, None] & kmask, other=-1)
     else:
-        # the count and all of an entry's words are loaded at once (one round trip, not three):
-        # entries past the count or of other calls are read, then dropped by their epoch word
-        count_at = count_local + (slot * WORLD + s) * (E_LOCAL + 1) + E_LOCAL
-        entry = route_local + (staged.to(tl.int64)[:, None] * TOP_K + ks[None, :]) * 4
-        asked = kmask & valid[:, None]
-        arrived = t < tl.load(count_at, mask=valid, other=0)
-        entry_epoch = tl.load(entry, mask=asked, other=0)
-        info = tl.load(entry + 1, mask=asked, other=0)
-        weights = (tl.load(entry + 2, mask=asked, other=0).to(tl.int32)).to(tl.float32, bitcast=True)
-        here = asked & arrived[:, None] & (entry_epoch == epoch)
+        weights = (bits.to(tl.int32)).to(tl.float32, bitcast=True)
+        here = listed & (entry_epoch == epoch)
         at = tl.where(here, s[:, None] * L_BLOCK + (info >> 32).to(tl.int32), 0)
         base = tl.reshape(tl.gather(bases, tl.reshape(at, [ROWS * K_BLOCK]), 0), (ROWS, K_BLOCK))
         rows = tl.where(here, base + (info & 0xFFFFFFFF), -1)
@@ -246,6 +271,11 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
     if VERIFY:
         records.wait_verified(state_ptr, epoch, timeout_ns, err_addr, sync.WAIT_TOKENS, WORLD, W_BLOCK)
     sync.stamp(stamps_ptr, pid, 1, PROFILE)
+    if REPLICATE:  # the first items' route entries, loaded with the counts: one round trip
+        route_local = symmetric_base(route_ptrs, rank, tl.int64)
+        listed, entry_epoch, info, bits = _route_entries(j, route_local, count_local, slot,
+                                                         tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK,
+                                                         RECV_ROWS, LIKE)
     if LIKE:  # rows come from the handle
         bases = tl.zeros([W_BLOCK * L_BLOCK], dtype=tl.int64)
     else:
@@ -253,18 +283,20 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
                                  L_BLOCK)
     if REPLICATE:
         stage_local = symmetric_base(stage_ptrs, rank, x_ptr.dtype.element_ty)
-        route_local = symmetric_base(route_ptrs, rank, tl.int64)
         rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
         # one deadline for all of this receiver's row waits: after a peer fails it gives up within
         # one timeout, not one per item group
         deadline = sync.now_ns() + timeout_ns
         g = j
         while g * RECV_ROWS < WORLD * tokens_max:
-            _receive_rows(g, stage_local, route_local, count_local, rec_local, bases, out_ptr,
-                          out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max,
-                          deadline, err_addr, WORLD, E_LOCAL, L_BLOCK, TOP_K, K_BLOCK, HIDDEN, BE,
-                          FE, NB, NB_BLOCK, CB, RECV_ROWS, MODE, SENTINEL, LIKE)
+            _receive_rows(g, listed, entry_epoch, info, bits, stage_local, count_local, rec_local,
+                          bases, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch,
+                          tokens_max, deadline, err_addr, WORLD, E_LOCAL, L_BLOCK, TOP_K, K_BLOCK,
+                          HIDDEN, BE, FE, NB, NB_BLOCK, CB, RECV_ROWS, MODE, SENTINEL, LIKE)
             g += n_recv
+            listed, entry_epoch, info, bits = _route_entries(g, route_local, count_local, slot,
+                                                             tokens_max, WORLD, E_LOCAL, TOP_K,
+                                                             K_BLOCK, RECV_ROWS, LIKE)
         if not LIKE:  # after the rows: off their path
             _zero_padding(out_w_ptr, recv_w_ptr, total, j, n_recv, capacity, E_LOCAL, L_BLOCK)
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
