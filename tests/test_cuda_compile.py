@@ -18,7 +18,15 @@ from triton.compiler import ASTSource  # noqa: E402
 from ubep.backends.cuda import checksum, wire  # noqa: E402
 from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
-from ubep.backends.cuda.backend import COMBINE_REGISTERS, NUM_WARPS, reduce_step_blocks, row_meta, step_rows  # noqa: E402
+from ubep.backends.cuda.backend import (  # noqa: E402
+    COMBINE_REGISTERS,
+    DECODE_PAIR_CHUNK,
+    NUM_WARPS,
+    PAIR_CHUNK,
+    reduce_step_blocks,
+    row_meta,
+    step_rows,
+)
 
 MODES = list(wire.MODE_CODES)
 
@@ -73,8 +81,11 @@ def _mode(mode, dtype):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(("like", "replicate"), [(False, False), (False, True), (True, True)])
 def test_dispatch_compiles(mode, like, replicate):
+    """The compact layout's writers (large calls' count step), the padded layout's one launch
+    (decode's count step) and ``dispatch_like``."""
+    chunk = DECODE_PAIR_CHUNK if replicate else PAIR_CHUNK
     constants = {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
-                 "E_BLOCK": 256, "CHUNK": 128, "J_BLOCK": 16, "N_BLOCK": 256, "PREFIX": 2048,
+                 "E_BLOCK": 256, "CHUNK": chunk, "J_BLOCK": 16, "N_BLOCK": 256, "PREFIX": 2048,
                  **_mode(mode, torch.bfloat16), "LIKE": like,
                  "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate,
                  "VERIFY": replicate and mode == "dc", "SPLIT": 8, "FINAL": replicate, "PROFILE": replicate,

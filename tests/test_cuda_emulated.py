@@ -156,6 +156,29 @@ def test_sm_budget_bounds_every_launch(sync, num_sms, layout):
         assert workers.send == max(1, min(tokens, split_model.n_token))
 
 
+def test_decode_calls_order_fewer_pairs_per_count_program():
+    """Calls of at most ``PREFIX_PAIRS`` pairs, whose count programs never wait for one another, get
+    one count program per ``DECODE_PAIR_CHUNK`` pairs; larger calls, or a cap on the count group
+    below that, steps of ``PAIR_CHUNK``."""
+    from ubep.backends.cuda.backend import DECODE_PAIR_CHUNK, MAX_COUNT, PAIR_CHUNK, PREFIX_PAIRS
+
+    case = Case(tokens=(64, 64), hidden=64, num_experts=256, top_k=8, max_tokens=4096)
+    backend = emulated_backends(case)[0]
+    backend.pair_chunk, backend.prefix_pairs = PAIR_CHUNK, PREFIX_PAIRS
+    decode = PREFIX_PAIRS // 8  # tokens of top-8
+
+    def sizes(tokens):
+        count = backend._workers(tokens).count
+        return count, backend._pair_chunk(tokens, count)
+
+    assert [sizes(t) for t in (0, 1, 16, 128, decode, decode + 1, 4096)] == [
+        (1, DECODE_PAIR_CHUNK), (1, DECODE_PAIR_CHUNK), (4, DECODE_PAIR_CHUNK),
+        (32, DECODE_PAIR_CHUNK), (PREFIX_PAIRS // DECODE_PAIR_CHUNK, DECODE_PAIR_CHUNK),
+        (17, PAIR_CHUNK), (MAX_COUNT, PAIR_CHUNK)]
+    backend.max_count = 8
+    assert sizes(128) == (8, PAIR_CHUNK) and sizes(32) == (8, DECODE_PAIR_CHUNK)
+
+
 def test_two_count_programs_split_the_pairs(monkeypatch):
     """36 and 20 pairs, 4 per step, 2 count programs: each range spans several steps, and the
     second program adds the first one's counts."""
