@@ -299,19 +299,30 @@ class CudaBackend(Backend):
                        send=max(1, min(num_tokens, send)), recv=self.receivers,
                        verify=self._verifiers(num_tokens))
 
+    def _decode_programs(self, num_tokens: int) -> int:
+        """Count programs of a call of ``num_tokens`` tokens here at one decode step of pairs each, in
+        calls where every count program counts the pairs before it itself (``counting``); 0 in
+        larger calls."""
+        pairs = num_tokens * self.config.top_k
+        if pairs > self.prefix_pairs:
+            return 0
+        return max(1, -(-pairs // min(self.pair_chunk, DECODE_PAIR_CHUNK)))
+
     def _count_programs(self, num_tokens: int, cap: int) -> int:
         """Count programs of a call of ``num_tokens`` tokens here, at most ``cap``: one per decode step
-        of pairs where that many fit (``_pair_chunk``), else one per step at least."""
-        pairs, decode = num_tokens * self.config.top_k, min(self.pair_chunk, DECODE_PAIR_CHUNK)
-        if pairs <= self.prefix_pairs and -(-pairs // decode) <= cap:
-            return max(1, -(-pairs // decode))
-        return max(1, min(-(-pairs // self.pair_chunk), cap))
+        of pairs where that many fit, else one per ``pair_chunk`` step at least."""
+        decode = self._decode_programs(num_tokens)
+        if 0 < decode <= cap:
+            return decode
+        return max(1, min(-(-num_tokens * self.config.top_k // self.pair_chunk), cap))
 
     def _pair_chunk(self, num_tokens: int, n_count: int) -> int:
-        """Pairs each of ``n_count`` count programs orders per step: a decode step where every
-        program counts the pairs before it itself (``counting``) and one step each covers them."""
-        pairs, decode = num_tokens * self.config.top_k, min(self.pair_chunk, DECODE_PAIR_CHUNK)
-        return decode if pairs <= self.prefix_pairs and n_count * decode >= pairs else self.pair_chunk
+        """Pairs each of ``n_count`` count programs orders per step: the decode step where they are
+        one per decode step (``_count_programs``); launches without count programs keep
+        ``pair_chunk`` (one compiled variant fewer)."""
+        if n_count and n_count == self._decode_programs(num_tokens):
+            return min(self.pair_chunk, DECODE_PAIR_CHUNK)
+        return self.pair_chunk
 
     def _verifiers(self, num_tokens: int) -> int:
         """``dc``'s verifier programs of a call with ``num_tokens`` tokens here (0 in other modes)."""
