@@ -9,7 +9,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ubep.backends.cuda import records, sync
+from ubep.backends.cuda import records, sync, verify
 
 
 @triton.jit
@@ -68,7 +68,7 @@ def shares_add_up(_rank: int, _world: int) -> None:
     for split in (1, 2, 16, 64):
         for source in range(world):
             state = torch.randint(-2**62, 2**62, (records.state_words(world, 64),), generator=gen)
-            first = records.ACC.value + 4 * world + source * split * 3
+            first = records.ACC.value + 5 * world + source * split * 3
             lanes = torch.randint(0, 2**32, (split, 2), generator=gen)
             blocks = torch.randint(0, 2**20, (split,), generator=gen)
             for u in range(split - 1):
@@ -85,3 +85,51 @@ def shares_add_up(_rank: int, _world: int) -> None:
                 state[first + 3 * (split - 2)] = epoch - 1
                 _add_shares[(1,)](state, own, out, source, epoch, world, split)
                 assert out[0].item() == 0, (split, source, "a share of another call")
+
+
+@triton.jit
+def _settle(state_ptr, rec_ptr, lanes_ptr, out_ptr, s, v, epoch, round, fresh, arrived,
+            WORLD: tl.constexpr, SPLIT: tl.constexpr):
+    pending, again, round = verify._settle(state_ptr, rec_ptr, 0, s, v, epoch, round, fresh != 0,
+                                           arrived != 0, tl.load(lanes_ptr).to(tl.uint32),
+                                           tl.load(lanes_ptr + 1).to(tl.uint32),
+                                           tl.load(lanes_ptr + 2).to(tl.int32), WORLD, SPLIT)
+    tl.store(out_ptr, pending.to(tl.int64))
+    tl.store(out_ptr + 1, again.to(tl.int64))
+    tl.store(out_ptr + 2, round.to(tl.int64))
+
+
+def verify_rounds(_rank: int, _world: int) -> None:
+    """``dc`` verify rounds: the last verifier, every share of its round in and the sum wrong, asks
+    for the next round and reads its own share again; another verifier re-reads its share only on
+    such an ask (of its call), publishes it under that round, and otherwise only polls; a share of
+    an older round leaves the sum not ready."""
+    world, split, source, epoch = 2, 4, 1, 2**40 + 5
+    state = torch.zeros(records.state_words(world, split), dtype=torch.int64)
+    rec = torch.zeros(2, world, 2, dtype=torch.int64)
+    rec[0, source] = torch.tensor([epoch, 12345])  # this call's record; no sum here matches it
+    lanes = torch.tensor([7, 9, 100])
+    out = torch.zeros(3, dtype=torch.int64)
+    req = records.ACC.value + 4 * world + source
+    share = records.ACC.value + 5 * world + source * split * 3
+
+    def tag(call, round_):
+        return call << records.ROUND_BITS.value | round_
+
+    def settle(v, round_, fresh, arrived=1):
+        _settle[(1,)](state, rec, lanes, out, source, v, epoch, round_, fresh, arrived, world, split)
+        return out.tolist()
+
+    for v in range(split - 1):  # round 0's shares are in
+        assert settle(v, 0, 1) == [1, 0, 0]
+        assert state[share + 3 * v].item() == tag(epoch, 0)
+    assert settle(split - 1, 0, 1) == [1, 1, 1] and state[req].item() == tag(epoch, 1)
+    assert settle(0, 0, 0) == [1, 1, 1]  # the ask: pass again, in round 1
+    assert settle(0, 1, 1) == [1, 0, 1] and state[share].item() == tag(epoch, 1)
+    assert settle(split - 1, 1, 0) == [1, 0, 1] and state[req].item() == tag(epoch, 1)
+    assert settle(1, 0, 0, arrived=0) == [1, 1, 0]  # no record yet: poll it, publish nothing
+    assert state[share + 3].item() == tag(epoch, 0)
+    state[req] = tag(epoch - 1, 5)  # an older call's ask is none
+    assert settle(1, 0, 0) == [1, 0, 0]
+    state[records.ACC.value + 3 * world + source] = epoch  # verified: the others leave
+    assert settle(1, 0, 0) == [0, 0, 0]

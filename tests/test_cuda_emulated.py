@@ -103,6 +103,15 @@ def test_dc_shares_add_up(monkeypatch):
     run_ranks(shares_add_up, 1, timeout_s=600)
 
 
+def test_dc_verify_rounds(monkeypatch):
+    """A wrong sum over a round's shares asks for the next round; the other verifiers pass over
+    their share again only on such an ask."""
+    from tests.cuda_sync import verify_rounds
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    run_ranks(verify_rounds, 1, timeout_s=600)
+
+
 def test_dc_verifiers_follow_the_call_size():
     """One per 64 tokens in all, 16 to 64, a power of two per source; a budget caps them at a
     quarter of it; a buffer holds the shares of its largest call."""

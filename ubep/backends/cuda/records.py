@@ -40,8 +40,9 @@ ACC = tl.constexpr(sync.STATE_WORDS + 1)  # [W, 3] int64: lane A (or sentinel bl
 
 def state_words(world: int, split: int) -> int:
     """int64 words of a buffer set's state: ``sync``'s, the senders' counter, ``ACC [W, 3]``, ``OK
-    [W]``, ``SHARE [W, split, 3]`` (``dc``: each verifier's share of its source's lanes)."""
-    return sync.STATE_WORDS + 1 + 4 * world + 3 * world * split
+    [W]``, ``REQ [W]`` and ``SHARE [W, split, 3]`` (``dc``: the round the last verifier of a source
+    asks for, and each verifier's share of its source's lanes)."""
+    return sync.STATE_WORDS + 1 + 5 * world + 3 * world * split
 
 
 @triton.jit
@@ -103,16 +104,45 @@ def differs(rec_local, slot, source, epoch, has_arrived, lane_a, lane_b, blocks,
     return (has_arrived == 0) | (value != want)
 
 
+# Rounds of one call's verify of one source fit in the low bits of a share's tag.
+ROUND_BITS = tl.constexpr(16)
+ROUND_MASK = tl.constexpr((1 << ROUND_BITS.value) - 1)
+
+
 @triton.jit
-def publish_share(state_ptr, source, v, epoch, lane_a, lane_b, blocks, WORLD: tl.constexpr,
+def share_tag(epoch, round):
+    """``dc``: the tag of the shares of round ``round`` of call ``epoch``'s verify of a source: a pass
+    over a share is published under the round the last verifier had asked for when it began."""
+    return (epoch.to(tl.int64) << ROUND_BITS) | (round & ROUND_MASK).to(tl.int64)
+
+
+@triton.jit
+def ask_round(state_ptr, source, tag, WORLD: tl.constexpr):
+    """``dc``: the last verifier of ``source`` asks the others for passes under ``tag`` (a release:
+    what it read and wrote before is ordered before the ask)."""
+    tl.debug_barrier()
+    tl.atomic_xchg(state_ptr + ACC + 4 * WORLD + source, tag, sem="release", scope="gpu")
+
+
+@triton.jit
+def asked_round(state_ptr, source, epoch, WORLD: tl.constexpr):
+    """``dc``: the round of call ``epoch`` the last verifier of ``source`` has asked for (0 before it
+    asks: an older call's ask counts as none)."""
+    tag = sync.read_once(state_ptr + ACC + 4 * WORLD + source, "relaxed")
+    mine = (tag >> ROUND_BITS) == epoch
+    return tl.where(mine, tag & ROUND_MASK, 0).to(tl.int32)
+
+
+@triton.jit
+def publish_share(state_ptr, source, v, tag, lane_a, lane_b, blocks, WORLD: tl.constexpr,
                   SPLIT: tl.constexpr):
     """``dc``: verifier ``v`` of ``source`` (one of ``SPLIT``) publishes the lanes and block count of
-    its share of the batch of call ``epoch``: both words, then the epoch word (a release)."""
-    share = state_ptr + ACC + 4 * WORLD + (source * SPLIT + v) * 3
+    its share under ``tag`` (``share_tag``): both words, then the tag word (a release)."""
+    share = state_ptr + ACC + 5 * WORLD + (source * SPLIT + v) * 3
     tl.store(share + 1, (lane_a.to(tl.int64) << 32) | lane_b.to(tl.int64))
     tl.store(share + 2, blocks.to(tl.int64))
     tl.debug_barrier()
-    tl.atomic_xchg(share, epoch, sem="release", scope="gpu")
+    tl.atomic_xchg(share, tag, sem="release", scope="gpu")
 
 
 # Words of the other verifiers' shares the last one reads at once: one per thread of a program
@@ -121,10 +151,10 @@ SHARE_WORDS = tl.constexpr(256)
 
 
 @triton.jit
-def add_shares(state_ptr, source, epoch, lane_a, lane_b, blocks, WORLD: tl.constexpr,
+def add_shares(state_ptr, source, tag, lane_a, lane_b, blocks, WORLD: tl.constexpr,
                SPLIT: tl.constexpr):
     """``dc``: the last verifier's own lanes and block count plus the ``SPLIT - 1`` shares the others
-    published for call ``epoch`` (lanes mod 2**32), and whether all of them are there. Every word is
+    published under ``tag`` (lanes mod 2**32), and whether all of them are there. Every word is
     read by one thread, all in one round (a relaxed system-scope atomic add of 0 each); the sums over
     the program go to every thread alike, so its warps agree on the poll. A word read by two threads
     could differ between them (a peer rewrites it meanwhile), hence ``SHARE_WORDS`` words, one per
@@ -133,12 +163,12 @@ def add_shares(state_ptr, source, epoch, lane_a, lane_b, blocks, WORLD: tl.const
     tl.static_assert(3 * (SPLIT - 1) <= SHARE_WORDS)
     words = tl.arange(0, SHARE_WORDS)
     live = words < 3 * (SPLIT - 1)
-    share = state_ptr + ACC + 4 * WORLD + source * SPLIT * 3
+    share = state_ptr + ACC + 5 * WORLD + source * SPLIT * 3
     got = tl.atomic_add(share + words, tl.zeros([SHARE_WORDS], dtype=tl.int64), mask=live,
                         sem="relaxed", scope="sys")
     got = tl.where(live, got, 0)
-    kind = words % 3  # (epoch, lane A << 32 | lane B, blocks) per share (publish_share)
-    stale = tl.sum(((kind == 0) & live & (got != epoch)).to(tl.int32), 0)
+    kind = words % 3  # (tag, lane A << 32 | lane B, blocks) per share (publish_share)
+    stale = tl.sum(((kind == 0) & live & (got != tag)).to(tl.int32), 0)
     lanes = tl.where(kind == 1, got, 0)
     a = lane_a.to(tl.int64) + tl.sum((lanes >> 32) & 0xFFFFFFFF, 0)
     b = lane_b.to(tl.int64) + tl.sum(lanes & 0xFFFFFFFF, 0)

@@ -8,12 +8,17 @@ the lanes of all shares together match ``s``'s record; then ``s`` is marked veri
 every marker of a large batch would bound the call (a 32-byte sector per 128-byte block).
 
 How the ``SPLIT`` verifiers of a source meet without waiting on a higher id (a GPU need not hold
-every program of a grid at once, and schedules lower ids first): verifiers ``v < SPLIT - 1``
-publish their share's lanes after every pass (``records.publish_share``) until the source is marked
-verified or their deadline passes, and report nothing; the last one, ``SPLIT - 1``, adds the
-published shares to its own (``records.add_shares``: lower ids only), compares the sum with the
-record, marks the source verified once it matches, and reports a timeout. The verifiers are
-programs of their own, with ids below every receiver's, and otherwise wait only for peers.
+every program of a grid at once, and schedules lower ids first): verifiers ``v < SPLIT - 1`` pass
+over their share once the record is there and publish its lanes under round 0
+(``records.publish_share``), then poll two words only, until the source is marked verified or their
+deadline passes, and report nothing; the last one, ``SPLIT - 1``, adds the shares of its round to
+its own (``records.add_shares``: lower ids only) and compares the sum with the record. Once it
+matches, the last verifier marks the source verified; where every share is in and the sum is wrong
+(a row had not landed when some share was read), it asks for the next round
+(``records.ask_round``), and each verifier passes over its share once more and publishes it under
+that round. It reports a timeout, if any. So the others leave within a poll of the mark instead of
+a pass over their share, and read no rows in between. The verifiers are programs of their own,
+with ids below every receiver's, and otherwise wait only for peers.
 
 Until the record reads this call's epoch a pass reads just that word and no rows: a verifier waiting
 for a peer that has not started spins on one load instead of the whole batch (with two processes
@@ -115,27 +120,34 @@ def _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, 
 
 
 @triton.jit
-def _settle(state_ptr, rec_local, slot, s, v, epoch, arrived, lane_a, lane_b, blocks,
+def _settle(state_ptr, rec_local, slot, s, v, epoch, round, fresh, arrived, lane_a, lane_b, blocks,
             WORLD: tl.constexpr, SPLIT: tl.constexpr):
-    """After a pass of verifier ``v`` over its share of source ``s``'s batch (or, for the last one, a
-    look at the others' shares): ``(pending, again)``, whether it polls on and whether its next poll
-    re-reads its share. The last verifier polls while the shares' sum does not match ``s``'s record,
-    re-reading its own share before the record is there and once all the others are: while
-    it waits for a share, its own lanes still hold (a pass over a share of a large batch takes
-    about as long as the other verifiers' passes it waits for). The others publish their share (once
-    the record is there) and re-read it until ``s`` is verified."""
+    """After a poll of verifier ``v`` of source ``s`` (``fresh``: it passed over its share, whose
+    lanes are given, in round ``round``): ``(pending, again, round)``, whether it polls on, whether
+    its next poll passes over its share again, and that pass's round. The last verifier adds the
+    others' shares of its round to its own; where all are in, the record there and the sum wrong (a
+    row had not landed when some share was read), it asks for a new round and reads its own share
+    again. The others publish each pass, then read only the verified word and the ask until one of
+    them changes."""
     if v == SPLIT - 1:
-        ready, a, b, n = records.add_shares(state_ptr, s, epoch, lane_a, lane_b, blocks, WORLD,
-                                            SPLIT)
+        ready, a, b, n = records.add_shares(state_ptr, s, records.share_tag(epoch, round), lane_a,
+                                            lane_b, blocks, WORLD, SPLIT)
         differs = records.differs(rec_local, slot, s, epoch, arrived, a, b, n, WORLD)
         pending = (ready == 0) | differs
-        again = (arrived == 0) | ((ready != 0) & differs)
+        ask = (ready != 0) & (arrived != 0) & differs
+        if ask:
+            round += 1
+            records.ask_round(state_ptr, s, records.share_tag(epoch, round), WORLD)
+        again = (arrived == 0) | ask
     else:
-        if arrived:
-            records.publish_share(state_ptr, s, v, epoch, lane_a, lane_b, blocks, WORLD, SPLIT)
+        if fresh & (arrived != 0):
+            records.publish_share(state_ptr, s, v, records.share_tag(epoch, round), lane_a, lane_b,
+                                  blocks, WORLD, SPLIT)
         pending = records.is_verified(state_ptr, s, epoch, WORLD) == 0
-        again = pending
-    return pending, again
+        asked = records.asked_round(state_ptr, s, epoch, WORLD)
+        again = pending & ((arrived == 0) | (asked != round))
+        round = tl.where(again & (arrived != 0), asked, round)
+    return pending, again, round
 
 
 @triton.jit
@@ -157,17 +169,19 @@ def verify_staged(s, v, stage_local, route_local, count_local, rows_ptr, rec_loc
                   SPLIT: tl.constexpr, LIKE: tl.constexpr):
     """``dc``: verifier ``v`` of source ``s``'s staged batch (module doc), bounded by the timeout."""
     deadline = sync.now_ns() + timeout_ns
+    round = tl.zeros([], dtype=tl.int32)
     arrived, a, b, n = _staged_share(s, v, stage_local, route_local, count_local, rows_ptr, rec_local,
                                      slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, BE, NB,
                                      NB_BLOCK, SPLIT, LIKE)
-    pending, again = _settle(state_ptr, rec_local, slot, s, v, epoch, arrived, a, b, n, WORLD, SPLIT)
+    pending, again, round = _settle(state_ptr, rec_local, slot, s, v, epoch, round, True, arrived,
+                                    a, b, n, WORLD, SPLIT)
     while pending & (sync.now_ns() < deadline):
         if again:
             arrived, a, b, n = _staged_share(s, v, stage_local, route_local, count_local, rows_ptr,
                                              rec_local, slot, epoch, tokens_max, WORLD, E_LOCAL,
                                              TOP_K, K_BLOCK, BE, NB, NB_BLOCK, SPLIT, LIKE)
-        pending, again = _settle(state_ptr, rec_local, slot, s, v, epoch, arrived, a, b, n, WORLD,
-                                 SPLIT)
+        pending, again, round = _settle(state_ptr, rec_local, slot, s, v, epoch, round, again,
+                                        arrived, a, b, n, WORLD, SPLIT)
         deadline = sync.still_due(deadline, err_addr)
     _finish(state_ptr, err_addr, sync.WAIT_TOKENS, s, v, epoch, pending, WORLD, SPLIT)
 
@@ -181,16 +195,18 @@ def verify_returned(p, v, back_local, rec_local, state_ptr, idx_ptr, sent_ptr, n
     """``dc``: verifier ``v`` of the rows rank ``p`` sent back (module doc), bounded by the
     timeout."""
     deadline = sync.now_ns() + timeout_ns
+    round = tl.zeros([], dtype=tl.int32)
     arrived, a, b, n = _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr, num_tokens,
                                        slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, NB,
                                        NB_BLOCK, SPLIT, PARTIAL)
-    pending, again = _settle(state_ptr, rec_local, slot, p, v, epoch, arrived, a, b, n, WORLD, SPLIT)
+    pending, again, round = _settle(state_ptr, rec_local, slot, p, v, epoch, round, True, arrived,
+                                    a, b, n, WORLD, SPLIT)
     while pending & (sync.now_ns() < deadline):
         if again:
             arrived, a, b, n = _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr,
                                                num_tokens, slot, epoch, tokens_max, WORLD, E_LOCAL,
                                                TOP_K, K_BLOCK, NB, NB_BLOCK, SPLIT, PARTIAL)
-        pending, again = _settle(state_ptr, rec_local, slot, p, v, epoch, arrived, a, b, n, WORLD,
-                                 SPLIT)
+        pending, again, round = _settle(state_ptr, rec_local, slot, p, v, epoch, round, again,
+                                        arrived, a, b, n, WORLD, SPLIT)
         deadline = sync.still_due(deadline, err_addr)
     _finish(state_ptr, err_addr, sync.WAIT_ROWS, p, v, epoch, pending, WORLD, SPLIT)
