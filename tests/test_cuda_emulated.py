@@ -113,20 +113,20 @@ def test_dc_verify_rounds(monkeypatch):
 
 
 def test_dc_verifiers_follow_the_call_size():
-    """One per 64 tokens in all, 16 to 64, a power of two per source; a budget caps them at a
+    """One per 2 tokens in all, 16 to 64, a power of two per source; a budget caps them at a
     quarter of it; a buffer holds the shares of its largest call."""
     from ubep.backends.cuda.backend import verify_split
 
-    assert [verify_split(1, None, t) for t in (0, 128, 1024, 1025, 2048, 4096, 8192)] == \
-        [16, 16, 16, 32, 32, 64, 64]
+    assert [verify_split(1, None, t) for t in (0, 32, 33, 64, 65, 128, 4096)] == \
+        [16, 16, 32, 32, 64, 64, 64]
     assert [verify_split(w, None, 4096) for w in (2, 3, 8)] == [32, 16, 8]
-    assert verify_split(8, None, 128) == 2 and verify_split(16, None, 128) == 1
+    assert verify_split(8, None, 16) == 2 and verify_split(16, None, 16) == 1
     assert verify_split(1, 24, 4096) == 4 and verify_split(2, 24, 4096) == 2
     assert verify_split(4, 8, 4096) == 1
     case = Case(tokens=(64, 64), hidden=64, num_experts=8, top_k=2, sync="dc", max_tokens=4096)
     backend = emulated_backends(case)[0]
-    assert backend.verifiers == 64 and backend._verifiers(128) == 16
-    assert backend._workers(4096).split(2) == 32 and backend._combine_workers(100).split(2) == 8
+    assert backend.verifiers == 64 and backend._verifiers(32) == 16
+    assert backend._workers(4096).split(2) == 32 and backend._combine_workers(20).split(2) == 8
 
 
 @pytest.mark.parametrize("layout", ["compact", "padded"])

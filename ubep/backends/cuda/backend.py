@@ -73,11 +73,13 @@ MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
 # Combine senders move up to K rows per item, one tile after another; more of them hide latency.
 MAX_COMBINE_SEND = 512
 # dc without an SM budget: verifier programs in all, one per VERIFY_TOKENS tokens of the call,
-# within [VERIFY_MIN, VERIFY_MAX] (verify_split). W = 1, 7168 bf16, top-8 (H200, session 20):
-# 4096 tokens, combine verify done at 1089 / 787 / 709 µs with 16 / 32 / 64; 128 tokens, dispatch
-# verify 24 / 46 / 91 µs (the last verifier then read the other shares one word at a time; read in
-# one round since session 21, 16 verifiers take 10 µs there).
-VERIFY_MIN, VERIFY_MAX, VERIFY_TOKENS = 16, 64, 64
+# within [VERIFY_MIN, VERIFY_MAX] (verify_split). A pass over a share is slow (two steps of 32 rows
+# of 7168 bf16, 8 hashes a block: about 16 µs, session 23 stamps) while the other SMs wait for it:
+# spread it wide. W = 1, 7168 bf16, top-8 (H200): 4096 tokens, combine verify done at 1089 / 787 /
+# 709 µs with 16 / 32 / 64 verifiers (session 20); 128 tokens, combine verify done at 34.6 µs with
+# 16, 28.9 with 64, dispatch verify 15.1 / 15.7 (session 23). At most 64 per source: the last
+# verifier reads the others' shares in one round (records.SHARE_WORDS).
+VERIFY_MIN, VERIFY_MAX, VERIFY_TOKENS = 16, 64, 2
 # With an SM budget the count / token split is re-tuned once per bucket of this many tokens.
 SPLIT_BUCKET_TOKENS = 128
 # Up to this many tokens, senders wait for the counts to leave first: the receivers then know their
@@ -117,9 +119,9 @@ def reduce_step_blocks(meta: dict, rows: int) -> int:
 def verify_split(world: int, num_sms: int | None, num_tokens: int) -> int:
     """``dc``: verifier programs per source for a call of ``num_tokens`` tokens, a power of two: in
     all one per ``VERIFY_TOKENS`` tokens within ``[VERIFY_MIN, VERIFY_MAX]``, at most about a quarter
-    of an SM budget, at least one per source. One program reading every marker of a large batch
-    would bound the call (``verify``); many delay a small call, whose last verifier adds up every
-    other share."""
+    of an SM budget, at least one per source. One program hashing every marker of a batch would
+    bound the call (``verify``); idle ones cost a small call little (each publishes an empty share,
+    read with the others in one round)."""
     programs = min(VERIFY_MAX, max(VERIFY_MIN, pow2_at_least(-(-num_tokens // VERIFY_TOKENS))))
     if num_sms is not None:
         programs = min(programs, num_sms // 4)
