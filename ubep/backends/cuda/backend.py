@@ -48,8 +48,11 @@ PAIR_CHUNK = 128  # pairs a count program orders per step (a [CHUNK, CHUNK] comp
 # The same in calls of at most PREFIX_PAIRS pairs (decode), whose count programs never wait for one
 # another: four times the programs, each ordering a quarter of the pairs. W = 1, 128 tokens of
 # top-8 (H200, session 22): count group done at 4.2 µs instead of 6.0, padded dispatch graph
-# queued 18.4 / 19.7 µs instead of 19.1 / 21.5 (sw / tff); at 4096 tokens, where programs wait for
-# lower ones' rows, 32 made the count group slower (done at 42 µs instead of 36).
+# queued 18.4 / 19.7 µs instead of 19.1 / 21.5 (sw / tff). In larger calls, where programs wait for
+# lower ones' rows, 32 made the count group slower (done at 42 µs instead of 36 at 4096 tokens) but
+# the compact writers' launch shorter at 4096 and 16384 tokens (the token group done at 39 µs
+# instead of 65, 142 instead of 190) and longer at 1024 (29 instead of 14): not used there until
+# the cause is known (session 23).
 DECODE_PAIR_CHUNK = 32
 # A count program whose range starts within this many pairs counts those before it itself, in one
 # load, instead of waiting for the rows of the programs that hold them (256 tokens of top-8).
