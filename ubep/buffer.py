@@ -104,7 +104,8 @@ class Buffer:
             (sentinel polling). Results are identical in every mode; the reference ignores it.
         device: where tensors live; by default derived from the group (gloo: CPU, NCCL: CUDA).
         timeout_s: how long any collective may wait for peers before raising ``EPCommError``.
-        check_inputs: also check index values (range, duplicates); costs one host sync.
+        check_inputs: also check index values (range, duplicates); costs one host
+            synchronization per dispatch.
         profile: record per-phase times (see :meth:`phase_times`).
         num_sms: the cuda backend's SM budget: each launch has at most this many thread blocks (at
             least 3, plus ``W`` in ``dc``); the compact layout then gives its sending and receiving
@@ -255,13 +256,15 @@ class Buffer:
                            (num_tokens, cfg.top_k))
         if not cfg.check_inputs or num_tokens == 0:
             return
-        lo, hi = int(topk_idx.min()), int(topk_idx.max())
+        ordered = topk_idx.sort(dim=1).values
+        repeated = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
+        # the range and the repeats read back to the host together: one synchronization
+        lo, hi, twice = torch.stack([ordered[:, 0].min().long(), ordered[:, -1].max().long(),
+                                     repeated.any().long()]).tolist()
         if lo < -1 or hi >= cfg.num_experts:
             raise ValueError(f"topk_idx values must be in [-1, {cfg.num_experts}), "
                              f"got min {lo}, max {hi}")
-        ordered = topk_idx.sort(dim=1).values
-        repeated = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
-        if bool(repeated.any()):
+        if twice:
             row = int(repeated.any(dim=1).nonzero()[0])
             raise ValueError(f"topk_idx row {row} names an expert twice: "
                              f"{topk_idx[row].tolist()}")
