@@ -17,6 +17,7 @@ from tests.test_dispatch_combine import cases_for
 from tests.workers import (
     dead_peer_combine_case,
     graph_replay_case,
+    host_syncs_case,
     run_cases,
     sentinel_case,
     stress_case,
@@ -84,6 +85,11 @@ def test_dead_peer_fails_a_combine_within_a_timeout(sync):
 @pytest.mark.parametrize("sync", SYNC_MODES)
 def test_padded_layout_replays_in_a_cuda_graph(sync):
     run_on_gpus(graph_replay_case, 2, sync, timeout_s=300)
+
+
+@needs_cuda
+def test_host_synchronizes_only_for_sizes_and_checks():
+    run_on_gpus(host_syncs_case, 1, timeout_s=300)
 
 
 @pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")

@@ -7,6 +7,7 @@ outputs with ``ubep.oracle`` and compare locally; only a short summary travels b
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -266,6 +267,37 @@ def graph_replay_case(rank: int, world_size: int, sync: str) -> None:
         _check_equal(f"graph replay {trial}: recv_x", captured_recv, eager_recv.cpu())
         _check_equal(f"graph replay {trial}: y", captured_y, eager_y.cpu())
     buf.synchronize()  # a wait that timed out inside a replay raises here
+
+
+def host_syncs_case(rank: int, world_size: int) -> None:
+    """The host synchronizations of CUDA-backend calls, counted by torch's sync debug mode: none in
+    a padded dispatch or in a combine, one for the compact dispatch's output size, and one more for
+    the value checks of ``check_inputs``."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    case = Case(tokens=(24,) * world_size, hidden=136, num_experts=4 * world_size, top_k=3)
+    x, idx, w = (t.to(dev) for t in case_inputs(case, rank))
+    for layout, checks, want in [("padded", False, 0), ("padded", True, 1), ("compact", False, 1),
+                                 ("compact", True, 2)]:
+        buf = ubep.Buffer(hidden=case.hidden, num_experts=case.num_experts, top_k=case.top_k,
+                          max_tokens_per_rank=24, dtype=torch.bfloat16, layout=layout,
+                          backend="cuda", sync="sw", check_inputs=checks, timeout_s=20, device=dev)
+        res = buf.dispatch(x, idx, w)  # compiles the kernels first
+        buf.combine(res.recv_x, res.handle)
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                res = buf.dispatch(x, idx, w)
+                in_dispatch = len(caught)
+                buf.combine(res.recv_x, res.handle)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        syncs = (in_dispatch, len(caught) - in_dispatch)
+        assert syncs == (want, 0), (f"{layout}, check_inputs={checks}: {syncs} host "
+                                    f"synchronizations (dispatch, combine): "
+                                    f"{[str(c.message)[:80] for c in caught]}")
+        buf.synchronize()
 
 
 def stress_case(rank: int, world_size: int, sync: str, layout: str, iters: int, hidden: int,
