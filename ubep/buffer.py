@@ -198,9 +198,12 @@ class Buffer:
             topk_weights: ``[T, K]`` fp32 gate weights.
         """
         self._check_dispatch(x, topk_idx, topk_weights)
-        handles: list[Handle] = []
-        recv_x, recv_weights = _Dispatch.apply(x, topk_weights, topk_idx, self._backend, handles)
-        handle = handles[0]
+        if _records_grad(x, topk_weights):
+            handles: list[Handle] = []
+            recv_x, recv_weights = _Dispatch.apply(x, topk_weights, topk_idx, self._backend, handles)
+            handle = handles[0]
+        else:  # nothing to record: the backend itself (an autograd Function costs host time)
+            recv_x, recv_weights, handle = self._backend.dispatch(x, topk_idx, topk_weights)
         return DispatchResult(recv_x, handle.tokens_per_expert, recv_weights, handle)
 
     def combine(
@@ -225,8 +228,10 @@ class Buffer:
         Returns: ``y``, ``[T, H]`` in ``dtype``.
         """
         self._check_combine(expert_out, handle, reduce, weighted)
-        return _Combine.apply(expert_out, handle.topk_weights, handle, self._backend, reduce,
-                              weighted)
+        if _records_grad(expert_out, handle.topk_weights):
+            return _Combine.apply(expert_out, handle.topk_weights, handle, self._backend, reduce,
+                                  weighted)
+        return self._backend.combine(expert_out, handle, reduce, weighted)
 
     # -- input checks (before any communication) -------------------------------------------------
 
@@ -278,6 +283,12 @@ class Buffer:
             raise TypeError(f"weighted must be a bool, got {type(weighted).__name__}")
         self._check_tensor("expert_out", expert_out, (self.config.dtype,),
                            handle.rows_shape(self.config.hidden))
+
+
+def _records_grad(*inputs: torch.Tensor) -> bool:
+    """Whether autograd records an operation on ``inputs`` (else the autograd Function is skipped:
+    its outputs would not require grad either)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
 
 
 class _Dispatch(torch.autograd.Function):
