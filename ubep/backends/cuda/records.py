@@ -104,6 +104,25 @@ def differs(rec_local, slot, source, epoch, has_arrived, lane_a, lane_b, blocks,
     return (has_arrived == 0) | (value != want)
 
 
+# Where the dc words of ``state_words`` lie past ``ACC [W, 3]``.
+@triton.jit
+def _verified_words(state_ptr, WORLD: tl.constexpr):
+    """``OK [W]``: per source, the last call whose batch this rank's verifier matched."""
+    return state_ptr + ACC + 3 * WORLD
+
+
+@triton.jit
+def _asked_words(state_ptr, WORLD: tl.constexpr):
+    """``REQ [W]``: per source, the share tag its last verifier asked for."""
+    return state_ptr + ACC + 4 * WORLD
+
+
+@triton.jit
+def _share_words(state_ptr, source, WORLD: tl.constexpr, SPLIT: tl.constexpr):
+    """``SHARE [W, SPLIT, 3]`` at ``source``: each verifier's (tag, lanes, blocks)."""
+    return state_ptr + ACC + 5 * WORLD + source * SPLIT * 3
+
+
 # Rounds of one call's verify of one source fit in the low bits of a share's tag.
 ROUND_BITS = tl.constexpr(16)
 ROUND_MASK = tl.constexpr((1 << ROUND_BITS.value) - 1)
@@ -121,14 +140,14 @@ def ask_round(state_ptr, source, tag, WORLD: tl.constexpr):
     """``dc``: the last verifier of ``source`` asks the others for passes under ``tag`` (a release:
     what it read and wrote before is ordered before the ask)."""
     tl.debug_barrier()
-    tl.atomic_xchg(state_ptr + ACC + 4 * WORLD + source, tag, sem="release", scope="gpu")
+    tl.atomic_xchg(_asked_words(state_ptr, WORLD) + source, tag, sem="release", scope="gpu")
 
 
 @triton.jit
 def asked_round(state_ptr, source, epoch, WORLD: tl.constexpr):
     """``dc``: the round of call ``epoch`` the last verifier of ``source`` has asked for (0 before it
     asks: an older call's ask counts as none)."""
-    tag = sync.read_once(state_ptr + ACC + 4 * WORLD + source, "relaxed")
+    tag = sync.read_once(_asked_words(state_ptr, WORLD) + source, "relaxed")
     mine = (tag >> ROUND_BITS) == epoch
     return tl.where(mine, tag & ROUND_MASK, 0).to(tl.int32)
 
@@ -138,7 +157,7 @@ def publish_share(state_ptr, source, v, tag, lane_a, lane_b, blocks, WORLD: tl.c
                   SPLIT: tl.constexpr):
     """``dc``: verifier ``v`` of ``source`` (one of ``SPLIT``) publishes the lanes and block count of
     its share under ``tag`` (``share_tag``): both words, then the tag word (a release)."""
-    share = state_ptr + ACC + 5 * WORLD + (source * SPLIT + v) * 3
+    share = _share_words(state_ptr, source, WORLD, SPLIT) + v * 3
     tl.store(share + 1, (lane_a.to(tl.int64) << 32) | lane_b.to(tl.int64))
     tl.store(share + 2, blocks.to(tl.int64))
     tl.debug_barrier()
@@ -163,7 +182,7 @@ def add_shares(state_ptr, source, tag, lane_a, lane_b, blocks, WORLD: tl.constex
     tl.static_assert(3 * (SPLIT - 1) <= SHARE_WORDS)
     words = tl.arange(0, SHARE_WORDS)
     live = words < 3 * (SPLIT - 1)
-    share = state_ptr + ACC + 5 * WORLD + source * SPLIT * 3
+    share = _share_words(state_ptr, source, WORLD, SPLIT)
     got = tl.atomic_add(share + words, tl.zeros([SHARE_WORDS], dtype=tl.int64), mask=live,
                         sem="relaxed", scope="sys")
     got = tl.where(live, got, 0)
@@ -179,19 +198,19 @@ def add_shares(state_ptr, source, tag, lane_a, lane_b, blocks, WORLD: tl.constex
 @triton.jit
 def is_verified(state_ptr, source, epoch, WORLD: tl.constexpr):
     """``dc``: whether ``source``'s batch of call ``epoch`` has been marked verified."""
-    return sync.read_once(state_ptr + ACC + 3 * WORLD + source, "relaxed") == epoch
+    return sync.read_once(_verified_words(state_ptr, WORLD) + source, "relaxed") == epoch
 
 
 @triton.jit
 def mark_verified(state_ptr, source, epoch, WORLD: tl.constexpr):
     """``dc``: this rank's verifier has matched ``source``'s batch of call ``epoch``."""
     tl.debug_barrier()
-    tl.atomic_xchg(state_ptr + ACC + 3 * WORLD + source, epoch, sem="release", scope="gpu")
+    tl.atomic_xchg(_verified_words(state_ptr, WORLD) + source, epoch, sem="release", scope="gpu")
 
 
 @triton.jit
 def wait_verified(state_ptr, epoch, timeout_ns, err_addr, code, WORLD: tl.constexpr,
                   W_BLOCK: tl.constexpr):
     """``dc``: wait until every source's batch of call ``epoch`` has been matched on this rank."""
-    sync.wait_words(state_ptr + ACC + 3 * WORLD, 1, 1, epoch, timeout_ns, err_addr, code, epoch,
+    sync.wait_words(_verified_words(state_ptr, WORLD), 1, 1, epoch, timeout_ns, err_addr, code, epoch,
                     WORLD, W_BLOCK, 1, False)
