@@ -1,7 +1,6 @@
 """Shared fixtures: a one-rank gloo group in the test process for single-process API tests."""
 
 import os
-import socket
 from datetime import timedelta
 
 import pytest
@@ -11,10 +10,8 @@ import torch.distributed as dist
 @pytest.fixture(scope="session")
 def single_rank_group():
     if not dist.is_initialized():
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        # one rank needs no rendezvous: an in-process store, no port to collide on
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
-                                world_size=1, timeout=timedelta(seconds=30))
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timedelta(seconds=30))
     yield dist.group.WORLD

@@ -10,7 +10,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
-import socket
 import time
 import traceback
 from collections.abc import Callable
@@ -34,13 +33,23 @@ class RanksFailed(RuntimeError):
         super().__init__("\n".join(f"rank {f.rank} raised {f.kind}:\n{f.trace}" for f in failures))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _rendezvous_store(rank, world_size, ports, timeout):
+    """The process group's TCP store. Rank 0 listens on a port the OS picks at bind time and passes
+    it to the other ranks through ``ports``: a port probed free in the parent and bound later by
+    rank 0 can be taken meanwhile by another run (parallel test workers)."""
+    import torch.distributed as dist
+
+    if rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, timeout=timeout,
+                               wait_for_workers=False)  # they learn the port below
+        for _ in range(world_size - 1):
+            ports.put(store.port)
+        return store
+    port = ports.get(timeout=timeout.total_seconds())
+    return dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=timeout)
 
 
-def _rank_main(fn, rank, world_size, args, port, pg_backend, pg_timeout_s, threads, results):
+def _rank_main(fn, rank, world_size, args, ports, pg_backend, pg_timeout_s, threads, results):
     import torch
     import torch.distributed as dist
 
@@ -49,10 +58,10 @@ def _rank_main(fn, rank, world_size, args, port, pg_backend, pg_timeout_s, threa
         torch.cuda.set_device(rank % torch.cuda.device_count())
     try:
         device_id = torch.device("cuda", torch.cuda.current_device()) if pg_backend == "nccl" else None
-        dist.init_process_group(
-            pg_backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-            world_size=world_size, timeout=timedelta(seconds=pg_timeout_s), device_id=device_id,
-        )
+        timeout = timedelta(seconds=pg_timeout_s)
+        store = _rendezvous_store(rank, world_size, ports, timeout)
+        dist.init_process_group(pg_backend, store=store, rank=rank, world_size=world_size,
+                                timeout=timeout, device_id=device_id)
         value = fn(rank, world_size, *args)
         results.put((rank, value))
     except BaseException as err:  # report everything, the parent decides
@@ -81,12 +90,12 @@ def run_ranks(
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
+    ports = ctx.Queue()
     env_backup = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(threads)
     procs = [
         ctx.Process(target=_rank_main, daemon=True,
-                    args=(fn, r, world_size, args, port, pg_backend, pg_timeout_s, threads,
+                    args=(fn, r, world_size, args, ports, pg_backend, pg_timeout_s, threads,
                           results))
         for r in range(world_size)
     ]
