@@ -26,7 +26,7 @@ from ubep.backends.base import Backend, EPCommError, Handle
 from ubep.backends.cuda import checksum, records, sync, wire
 from ubep.backends.cuda import combine_kernels as ck
 from ubep.backends.cuda import dispatch_kernels as dk
-from ubep.backends.cuda.launcher import Launcher
+from ubep.backends.cuda.launcher import Constants, Launcher
 from ubep.backends.cuda.stamps import LaunchStamps
 from ubep.backends.cuda.symm import SymmetricBuffer, enable_for
 from ubep.config import EPConfig
@@ -250,7 +250,21 @@ class CudaBackend(Backend):
         self.max_count, self.max_send = MAX_COUNT, MAX_SEND
         self.pair_chunk = PAIR_CHUNK  # a power of 2; tests lower it to get several count programs
         self.prefix_pairs = PREFIX_PAIRS  # a power of 2; tests lower it to take both paths
-        self.launch_dispatch, self.launch_combine = Launcher(dk.dispatch), Launcher(ck.combine)
+        # what never changes for this buffer is bound once: the per-launch key leaves it out
+        sym = self.sym
+        self.launch_dispatch = Launcher(
+            dk.dispatch, stage_ptrs=sym["stage"].ptrs, route_ptrs=sym["route"].ptrs,
+            count_ptrs=sym["count"].ptrs, sig_ptrs=sym["sig"].ptrs, ack_ptrs=sym["ack"].ptrs,
+            rec_ptrs=sym["rec"].ptrs, state_ptr=self.dispatch_state, hist_ptr=self.count_hist,
+            flags_ptr=self.count_flags, rank=cfg.rank, tokens_max=tm,
+            capacity=cfg.expert_capacity if cfg.layout == "padded" else 0,
+            err_addr=self.error_block.data_ptr())
+        self.launch_combine = Launcher(
+            ck.combine, back_ptrs=sym["back"].ptrs, sig_ptrs=sym["back_sig"].ptrs,
+            ack_ptrs=sym["back_ack"].ptrs, rec_ptrs=sym["back_rec"].ptrs,
+            state_ptr=self.combine_state, rank=cfg.rank, tokens_max=tm, rows_max=self.rows_max,
+            err_addr=self.error_block.data_ptr())
+        self._constants: dict[tuple, Constants] = {}  # per launch variant, built once each
 
     # -- errors -----------------------------------------------------------------------------------
 
@@ -367,29 +381,38 @@ class CudaBackend(Backend):
 
     def _dispatch_launch(self, workers: Workers, x_bits, idx, weights, sent, out_bits, out_w, recv_w,
                          rows, pair_w, tpe, *, like: bool, replicate: bool, final: bool) -> None:
-        cfg, sym = self.config, self.sym
-        sw = cfg.sync == "sw"
-        writers = workers.count + (workers.send if sw else 0)
-        capacity = cfg.expert_capacity if cfg.layout == "padded" else 0
-        meta = row_meta(cfg.sync, cfg.hidden, cfg.dtype.itemsize, x_bits.shape[0])
+        cfg = self.config
+        num_tokens = x_bits.shape[0]
+        meta = row_meta(cfg.sync, cfg.hidden, cfg.dtype.itemsize, num_tokens)
+        key = ("dispatch", meta["CB"], like, replicate, final, workers.verify > 0,
+               workers.split(cfg.world_size), self.timer.enabled,
+               self._pair_chunk(num_tokens, workers.count), self.prefix_pairs,
+               cfg.sync == "tff" and not like and num_tokens <= COUNTS_FIRST_TOKENS,
+               step_rows(meta) if num_tokens > workers.send > 0 else 1,
+               step_rows(meta) if self.receive_items > workers.recv > 0 else 1)
+        constants = self._constants.get(key)
+        if constants is None:
+            constants = self._constants[key] = self._dispatch_constants(meta, *key[2:])
+        writers = workers.count + (workers.send if cfg.sync == "sw" else 0)
         self.launch_dispatch(
-            workers.total, x_bits, idx, weights, x_bits.shape[0], sym["stage"].ptrs, sym["route"].ptrs,
-            sym["count"].ptrs, sym["sig"].ptrs, sym["ack"].ptrs, sym["rec"].ptrs, self.dispatch_state,
-            self.count_hist, self.count_flags,
+            workers.total, x_bits, idx, weights, num_tokens,
             self._stamps("dispatch", (workers.count, workers.send, workers.verify, workers.recv)), sent,
-            out_bits, out_w, recv_w, rows, pair_w, tpe, cfg.rank, cfg.max_tokens_per_rank, capacity,
-            self.timeout_ns, self.error_block.data_ptr(), workers.count, workers.send, workers.recv,
-            writers, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts,
-            W_BLOCK=self.w_block, L_BLOCK=pow2_at_least(cfg.num_local_experts), TOP_K=cfg.top_k,
-            K_BLOCK=self.k_block, E_BLOCK=self.e_block,
-            CHUNK=self._pair_chunk(x_bits.shape[0], workers.count), PREFIX=self.prefix_pairs,
-            J_BLOCK=max(1, 4096 // self.e_block), N_BLOCK=MAX_COUNT,
-            MODE=self.mode, SENTINEL=self.sentinel, LIKE=like, RECORDS=(not like) or sw,
-            REPLICATE=replicate, VERIFY=workers.verify > 0, SPLIT=workers.split(cfg.world_size),
-            FINAL=final, PROFILE=self.timer.enabled, num_warps=NUM_WARPS,
-            COUNTS_FIRST=cfg.sync == "tff" and not like and x_bits.shape[0] <= COUNTS_FIRST_TOKENS,
-            ROWS=step_rows(meta) if x_bits.shape[0] > workers.send > 0 else 1,
-            RECV_ROWS=step_rows(meta) if self.receive_items > workers.recv > 0 else 1, **meta)
+            out_bits, out_w, recv_w, rows, pair_w, tpe, self.timeout_ns, workers.count, workers.send,
+            workers.recv, writers, constants=constants)
+
+    def _dispatch_constants(self, meta: dict, like, replicate, final, verify, split, profile, chunk,
+                            prefix, counts_first, rows, recv_rows) -> Constants:
+        """The dispatch kernel's compile-time constants for one launch variant (``_dispatch_launch``
+        builds each once per buffer)."""
+        cfg = self.config
+        return Constants(
+            NUM_WARPS, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts, W_BLOCK=self.w_block,
+            L_BLOCK=pow2_at_least(cfg.num_local_experts), TOP_K=cfg.top_k, K_BLOCK=self.k_block,
+            E_BLOCK=self.e_block, CHUNK=chunk, PREFIX=prefix, J_BLOCK=max(1, 4096 // self.e_block),
+            N_BLOCK=MAX_COUNT, MODE=self.mode, SENTINEL=self.sentinel, LIKE=like,
+            RECORDS=(not like) or cfg.sync == "sw", REPLICATE=replicate, VERIFY=verify, SPLIT=split,
+            FINAL=final, PROFILE=profile, COUNTS_FIRST=counts_first, ROWS=rows, RECV_ROWS=recv_rows,
+            **meta)
 
     def _combine_launches(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
                           weighted: bool, gather: bool):
@@ -407,25 +430,32 @@ class CudaBackend(Backend):
 
     def _combine_launch(self, workers: Workers, rows_RF, routes: Routes, num_tokens, source_w, y, *,
                         partial: bool, weighted: bool, gather: bool, final: bool) -> None:
-        cfg, sym = self.config, self.sym
-        bits = rows_RF.view(INT_VIEW[rows_RF.element_size()])
-        meta = row_meta(cfg.sync, rows_RF.shape[1], rows_RF.element_size(), num_tokens)
+        cfg = self.config
+        hidden, elem = rows_RF.shape[1], rows_RF.element_size()
+        key = ("combine", hidden, elem, num_tokens >= LARGE_CHUNK_TOKENS, partial, weighted, gather,
+               workers.verify > 0, workers.split(cfg.world_size), final, self.timer.enabled)
+        constants = self._constants.get(key)
+        if constants is None:
+            constants = self._constants[key] = self._combine_constants(
+                row_meta(cfg.sync, hidden, elem, num_tokens), *key[4:])
+        self.launch_combine(
+            workers.total, rows_RF, rows_RF.view(INT_VIEW[elem]), routes.rows_WMK,
+            routes.weights_WMK, routes.idx_P, source_w, routes.sent_WT, num_tokens,
+            self._stamps("combine", (workers.send, workers.verify, workers.recv)), y,
+            self.timeout_ns, workers.send, workers.recv, constants=constants)
+
+    def _combine_constants(self, meta: dict, partial, weighted, gather, verify, split, final,
+                           profile) -> Constants:
+        """The combine kernel's compile-time constants for one launch variant."""
+        cfg = self.config
         # a token's rows for its reducer: W partial sums or K pair rows (at least 2 lanes)
         r_block = pow2_at_least(max(cfg.world_size if partial else cfg.top_k, 2))
-        self.launch_combine(
-            workers.total, rows_RF, bits, routes.rows_WMK, routes.weights_WMK, routes.idx_P, source_w,
-            routes.sent_WT, num_tokens, sym["back"].ptrs, sym["back_sig"].ptrs, sym["back_ack"].ptrs,
-            sym["back_rec"].ptrs, self.combine_state,
-            self._stamps("combine", (workers.send, workers.verify, workers.recv)), y, cfg.rank,
-            cfg.max_tokens_per_rank, self.rows_max,
-            self.timeout_ns, self.error_block.data_ptr(), workers.send, workers.recv,
-            WORLD=cfg.world_size, W_BLOCK=self.w_block,
+        return Constants(
+            NUM_WARPS, COMBINE_REGISTERS.get(cfg.sync), WORLD=cfg.world_size, W_BLOCK=self.w_block,
             E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
-            SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=workers.verify > 0,
-            SPLIT=workers.split(cfg.world_size), FINAL=final, PROFILE=self.timer.enabled,
-            num_warps=NUM_WARPS, maxnreg=COMBINE_REGISTERS.get(cfg.sync),
-            ROWS=min(self.k_block, step_rows(meta)), R_BLOCK=r_block,
+            SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=verify, SPLIT=split,
+            FINAL=final, PROFILE=profile, ROWS=min(self.k_block, step_rows(meta)), R_BLOCK=r_block,
             RCB=reduce_step_blocks(meta, r_block), **meta)
 
     # -- dispatch ---------------------------------------------------------------------------------

@@ -6,13 +6,17 @@ the compiled kernel's own launcher (docs/BENCHMARKS.md, "One GPU, side by side")
 dispatch launches twice, so that difference is a large part of an eager call's host time.
 
 :class:`Launcher` keys compiled kernels by everything Triton specializes on: the compile-time
-constants, ``num_warps``, each tensor's dtype and 16-byte alignment, and each integer's width class
-and its divisibility by 16 / equality to 1. The first launch of a key goes through Triton (which
-compiles or finds the kernel); later ones through the compiled kernel. Under Triton's CPU
-interpreter there is nothing compiled, so every launch takes Triton's path.
+constants and ``num_warps`` (one :class:`Constants`, hashed once), each tensor's dtype and 16-byte
+alignment, and each integer's width class and its divisibility by 16 / equality to 1. Arguments that
+never change for a launcher (a buffer's peer tables, its rank) are bound when it is made and left out
+of the per-launch key. The first launch of a key goes through Triton (which compiles or finds the
+kernel); later ones through the compiled kernel. Under Triton's CPU interpreter there is nothing
+compiled, so every launch takes Triton's path.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 
@@ -32,29 +36,64 @@ def _arg_key(value) -> object:
     return type(value)
 
 
-class Launcher:
-    """``Launcher(kernel)(grid, *runtime_args, num_warps=.., maxnreg=.., **constexprs)`` launches
-    ``kernel`` on ``grid`` programs (1-D) like ``kernel[(grid,)](...)`` does; runtime arguments
-    positional, in the kernel's order, constants by name; ``maxnreg``: a cap on registers per
-    thread (None: the compiler's choice)."""
+class Constants:
+    """One launch variant's compile-time constants (``values``, by name) with its ``num_warps`` and
+    register cap ``maxnreg`` (None: the compiler's choice). Hashed once: a launcher keys its cache by
+    this object instead of by 30-odd constants on every launch."""
 
-    def __init__(self, kernel):
+    __slots__ = ("num_warps", "maxnreg", "values", "_items", "_hash")
+
+    def __init__(self, num_warps: int, maxnreg: int | None = None, **values):
+        self.num_warps, self.maxnreg, self.values = num_warps, maxnreg, values
+        self._items = (num_warps, maxnreg, tuple(values.items()))
+        self._hash = hash(self._items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Constants) and self._items == other._items
+
+
+def runtime_names(kernel) -> list[str]:
+    """``kernel``'s runtime parameters (not ``tl.constexpr``), in order; compiled or interpreted."""
+    params = inspect.signature(getattr(kernel, "fn", kernel)).parameters.values()
+    return [p.name for p in params if "constexpr" not in str(p.annotation)]
+
+
+class Launcher:
+    """``Launcher(kernel, **fixed)(grid, *args, constants=Constants(...))`` launches ``kernel`` on
+    ``grid`` programs (1-D) like ``kernel[(grid,)](...)`` does. ``fixed``: runtime arguments bound
+    once, by name; ``args``: the other runtime arguments, positional, in the kernel's order."""
+
+    def __init__(self, kernel, **fixed):
         self.kernel = kernel
+        names = runtime_names(kernel)
+        unknown = sorted(set(fixed) - set(names))
+        if unknown:
+            raise TypeError(f"{getattr(kernel, '__name__', 'the kernel')} has no runtime "
+                            f"parameters {unknown}")
+        self.template = [fixed.get(n) for n in names]
+        self.slots = [i for i, n in enumerate(names) if n not in fixed]  # where args go
         self.compiled: dict[tuple, tuple] = {}
 
-    def __call__(self, grid: int, *args, num_warps: int, maxnreg: int | None = None,
-                 **constexprs) -> None:
+    def __call__(self, grid: int, *args, constants: Constants) -> None:
+        full = self.template.copy()
+        for i, value in zip(self.slots, args, strict=True):
+            full[i] = value
         if INTERPRETED:
-            self.kernel[(grid,)](*args, num_warps=num_warps, **constexprs)
+            self.kernel[(grid,)](*full, num_warps=constants.num_warps, **constants.values)
             return
-        key = (num_warps, maxnreg, tuple(constexprs.items()), tuple(_arg_key(a) for a in args))
+        key = (constants, tuple(map(_arg_key, args)))
         entry = self.compiled.get(key)
         if entry is None:
-            options = {"num_warps": num_warps} | ({"maxnreg": maxnreg} if maxnreg else {})
-            compiled = self.kernel[(grid,)](*args, **options, **constexprs)
+            options = {"num_warps": constants.num_warps}
+            if constants.maxnreg:
+                options["maxnreg"] = constants.maxnreg
+            compiled = self.kernel[(grid,)](*full, **options, **constants.values)
             # the launcher takes every parameter in order, compile-time constants included
-            names = self.kernel.arg_names[len(args):]
-            self.compiled[key] = (compiled, [constexprs[n] for n in names])
+            names = self.kernel.arg_names[len(full):]
+            self.compiled[key] = (compiled, [constants.values[n] for n in names])
             return
-        compiled, constants = entry
-        compiled[(grid, 1, 1)](*args, *constants)
+        compiled, values = entry
+        compiled[(grid, 1, 1)](*full, *values)
