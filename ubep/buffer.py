@@ -173,8 +173,10 @@ class Buffer:
 
     def worker_timeline(self) -> list[dict]:
         """With ``profile=True`` on the cuda backend: one row per program (thread block) of the last
-        dispatch and combine launches, with its group and in-kernel time stamps in µs (waits over,
-        work done, finished); empty for backends without in-kernel stamps."""
+        dispatch and combine launches (``op``; an operation's launch of its writing groups before
+        its final one, where it has one, as ``"<op> (writers)"``), with its group and in-kernel time
+        stamps in µs (waits over, work done, finished); empty for backends without in-kernel
+        stamps."""
         return self._backend.worker_timeline()
 
     def synchronize(self) -> None:

@@ -282,15 +282,18 @@ class CudaBackend(Backend):
 
     # -- launch helpers ---------------------------------------------------------------------------
 
-    def _stamps(self, op: str, sizes: tuple[int, ...]) -> torch.Tensor:
+    def _stamps(self, op: str, sizes: tuple[int, ...], final: bool) -> torch.Tensor:
         """Where a launch writes its in-kernel stamps: a fresh ``[programs, 4]`` buffer whose phases
-        the timer reads later, with profiling on; else a placeholder the kernel never touches."""
+        the timer reads later, with profiling on; else a placeholder the kernel never touches. The
+        timeline keeps the last launch of each kind: an operation's final launch and, where it has
+        one, the launch of its writing groups before it (``"<op> (writers)"``)."""
         if not self.timer.enabled:
             return self.no_stamps
+        label = op if final else f"{op} (writers)"
         launch = LaunchStamps(op, sizes, torch.zeros(sum(sizes), 4, dtype=torch.int64,
-                                                     device=self.device))
+                                                     device=self.device), label)
         self.timer.defer(launch.phases)
-        self.last_launches[op] = launch
+        self.last_launches[label] = launch
         return launch.stamps
 
     def worker_timeline(self) -> list[dict]:
@@ -396,7 +399,8 @@ class CudaBackend(Backend):
         writers = workers.count + (workers.send if cfg.sync == "sw" else 0)
         self.launch_dispatch(
             workers.total, x_bits, idx, weights, num_tokens,
-            self._stamps("dispatch", (workers.count, workers.send, workers.verify, workers.recv)), sent,
+            self._stamps("dispatch", (workers.count, workers.send, workers.verify, workers.recv),
+                         final), sent,
             out_bits, out_w, recv_w, rows, pair_w, tpe, self.timeout_ns, workers.count, workers.send,
             workers.recv, writers, constants=constants)
 
@@ -441,7 +445,7 @@ class CudaBackend(Backend):
         self.launch_combine(
             workers.total, rows_RF, rows_RF.view(INT_VIEW[elem]), routes.rows_WMK,
             routes.weights_WMK, routes.idx_P, source_w, routes.sent_WT, num_tokens,
-            self._stamps("combine", (workers.send, workers.verify, workers.recv)), y,
+            self._stamps("combine", (workers.send, workers.verify, workers.recv), final), y,
             self.timeout_ns, workers.send, workers.recv, constants=constants)
 
     def _combine_constants(self, meta: dict, partial, weighted, gather, verify, split, final,

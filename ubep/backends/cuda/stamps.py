@@ -22,11 +22,13 @@ GROUPS = {"dispatch": ("count", "token", "verify", "receive"),
 
 @dataclass(frozen=True)
 class LaunchStamps:
-    """One launch's ``stamps [programs, 4]`` int64 (on its device) and programs per group."""
+    """One launch's ``stamps [programs, 4]`` int64 (on its device) and programs per group;
+    ``label`` names the launch in timelines (an operation may launch twice)."""
 
     op: str
     sizes: tuple[int, ...]
     stamps: torch.Tensor
+    label: str
 
     def _groups(self, host: torch.Tensor):
         first = 0
@@ -47,13 +49,14 @@ class LaunchStamps:
         return out
 
     def timeline(self) -> list[dict]:
-        """One row per program: its group and its four stamps in µs from the launch's first one."""
+        """One row per program: its launch (``op``: the label), its group and its four stamps in µs
+        from the launch's first one."""
         host = self.stamps.cpu()
         t0 = host[:, 0].min()
         rows = []
         for name, first, g in self._groups(host):
             for i, s in enumerate(((g - t0).double() / 1e3).tolist()):
-                rows.append({"op": self.op, "group": name, "program": first + i,
+                rows.append({"op": self.label, "group": name, "program": first + i,
                              "start_us": round(s[0], 2), "wait_end_us": round(s[1], 2),
                              "work_end_us": round(s[2], 2), "end_us": round(s[3], 2)})
         return rows
