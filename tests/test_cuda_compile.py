@@ -20,9 +20,8 @@ from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
 from ubep.backends.cuda.backend import (  # noqa: E402
     COMBINE_REGISTERS,
-    DECODE_PAIR_CHUNK,
+    COUNT_STEP,
     NUM_WARPS,
-    PAIR_CHUNK,
     reduce_step_blocks,
     row_meta,
     step_rows,
@@ -81,11 +80,9 @@ def _mode(mode, dtype):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(("like", "replicate"), [(False, False), (False, True), (True, True)])
 def test_dispatch_compiles(mode, like, replicate):
-    """The compact layout's writers (large calls' count step), the padded layout's one launch
-    (decode's count step) and ``dispatch_like``."""
-    chunk = DECODE_PAIR_CHUNK if replicate else PAIR_CHUNK
+    """The compact layout's writers, the padded layout's one launch and ``dispatch_like``."""
     constants = {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
-                 "E_BLOCK": 256, "CHUNK": chunk, "J_BLOCK": 16, "N_BLOCK": 256, "PREFIX": 2048,
+                 "E_BLOCK": 256, "CHUNK": COUNT_STEP, "J_BLOCK": 16, "N_BLOCK": 256, "PREFIX": 2048,
                  **_mode(mode, torch.bfloat16), "LIKE": like,
                  "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate,
                  "VERIFY": replicate and mode == "dc", "SPLIT": 8, "FINAL": replicate, "PROFILE": replicate,
@@ -93,6 +90,23 @@ def test_dispatch_compiles(mode, like, replicate):
                  "ROWS": step_rows(row_meta(mode, 7168, 2)),
                  "RECV_ROWS": step_rows(row_meta(mode, 7168, 2))}
     _assert_rows_move_in_16_bytes(_compile(dk.dispatch, POINTERS["dispatch"], constants))
+
+
+@pytest.mark.parametrize("mode", ["sw", "tff", "sp"])
+def test_count_step_leaves_two_writers_per_sm(mode):
+    """The dispatch is one kernel for all its groups, so the count step's ``[CHUNK, CHUNK]``
+    comparison sets the token senders' registers too: the compact writers' launch (a 4096-token
+    call) needs at most 128 per thread, two programs of 8 warps per SM, so that senders run beside
+    the count programs (128-pair steps took 236, one program per SM). ``dc``'s senders keep batch
+    records and take more whatever the step."""
+    meta = row_meta(mode, 7168, 2, 4096)
+    constants = {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
+                 "E_BLOCK": 256, "CHUNK": COUNT_STEP, "J_BLOCK": 16, "N_BLOCK": 256, "PREFIX": 2048,
+                 **_mode(mode, torch.bfloat16), "LIKE": False, "RECORDS": True, "REPLICATE": False,
+                 "VERIFY": False, "SPLIT": 8, "FINAL": False, "PROFILE": False, "COUNTS_FIRST": False,
+                 **meta, "ROWS": step_rows(meta), "RECV_ROWS": step_rows(meta)}
+    used = _resources(_build(dk.dispatch, POINTERS["dispatch"], constants).asm["cubin"])
+    assert used["REG"] <= 128 and used["STACK"] == 0, used
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -165,27 +165,21 @@ def test_sm_budget_bounds_every_launch(sync, num_sms, layout):
         assert workers.send == max(1, min(tokens, split_model.n_token))
 
 
-def test_decode_calls_order_fewer_pairs_per_count_program():
+def test_decode_calls_have_a_count_program_per_step():
     """Calls of at most ``PREFIX_PAIRS`` pairs, whose count programs never wait for one another, get
-    one count program per ``DECODE_PAIR_CHUNK`` pairs; larger calls, or a cap on the count group
-    below that, steps of ``PAIR_CHUNK``."""
-    from ubep.backends.cuda.backend import DECODE_PAIR_CHUNK, MAX_COUNT, PAIR_CHUNK, PREFIX_PAIRS
+    one count program per ``COUNT_STEP`` pairs; larger calls one per ``PAIRS_PER_COUNT``, at most
+    the cap; every call orders ``COUNT_STEP`` pairs a step."""
+    from ubep.backends.cuda.backend import COUNT_STEP, MAX_COUNT, PAIRS_PER_COUNT, PREFIX_PAIRS
 
     case = Case(tokens=(64, 64), hidden=64, num_experts=256, top_k=8, max_tokens=4096)
     backend = emulated_backends(case)[0]
-    backend.pair_chunk, backend.prefix_pairs = PAIR_CHUNK, PREFIX_PAIRS
+    backend.pair_chunk, backend.prefix_pairs = PAIRS_PER_COUNT, PREFIX_PAIRS
     decode = PREFIX_PAIRS // 8  # tokens of top-8
-
-    def sizes(tokens):
-        count = backend._workers(tokens).count
-        return count, backend._pair_chunk(tokens, count)
-
-    assert [sizes(t) for t in (0, 1, 16, 128, decode, decode + 1, 4096)] == [
-        (1, DECODE_PAIR_CHUNK), (1, DECODE_PAIR_CHUNK), (4, DECODE_PAIR_CHUNK),
-        (32, DECODE_PAIR_CHUNK), (PREFIX_PAIRS // DECODE_PAIR_CHUNK, DECODE_PAIR_CHUNK),
-        (17, PAIR_CHUNK), (MAX_COUNT, PAIR_CHUNK)]
+    counts = [backend._workers(t).count for t in (0, 1, 16, 128, decode, decode + 1, 4096)]
+    assert counts == [1, 1, 4, 32, PREFIX_PAIRS // COUNT_STEP, 17, MAX_COUNT]
+    assert backend._count_step() == COUNT_STEP
     backend.max_count = 8
-    assert sizes(128) == (8, PAIR_CHUNK) and sizes(32) == (8, DECODE_PAIR_CHUNK)
+    assert backend._workers(128).count == 8 and backend._workers(32).count == 8
 
 
 def test_two_count_programs_split_the_pairs(monkeypatch):

@@ -44,16 +44,21 @@ CHUNK_BYTES, LARGE_CHUNK_BYTES, LARGE_CHUNK_TOKENS = 8192, 16384, 1024
 # has more than one row: with one, the wider tile only cost time (128-token tff graph replay
 # 25.5 -> 29.5 µs at W = 1).
 SEND_TILE_BYTES = 32768
-PAIR_CHUNK = 128  # pairs a count program orders per step (a [CHUNK, CHUNK] comparison)
-# The same in calls of at most PREFIX_PAIRS pairs (decode), whose count programs never wait for one
-# another: four times the programs, each ordering a quarter of the pairs. W = 1, 128 tokens of
-# top-8 (H200, session 22): count group done at 4.2 µs instead of 6.0, padded dispatch graph
-# queued 18.4 / 19.7 µs instead of 19.1 / 21.5 (sw / tff). In larger calls, where programs wait for
-# lower ones' rows, 32 made the count group slower (done at 42 µs instead of 36 at 4096 tokens) but
-# the compact writers' launch shorter at 4096 and 16384 tokens (the token group done at 39 µs
-# instead of 65, 142 instead of 190) and longer at 1024 (29 instead of 14): not used there until
-# the cause is known (session 23).
-DECODE_PAIR_CHUNK = 32
+# Pairs a count program orders per step (``CHUNK``: a [CHUNK, CHUNK] comparison), in every call.
+# The dispatch is one kernel for all its groups, so this step sets every program's registers: 236
+# per thread with 128-pair steps, one program per SM; 64 with 32-pair steps, four per SM (ptxas,
+# sm_90, W = 1; BENCHMARKS.md, session 24). Calls of at most PREFIX_PAIRS pairs (decode), whose count
+# programs never wait for one another, have one count program per step: W = 1, 128 tokens of top-8
+# (H200, session 22), count group done at 4.2 µs instead of 6.0 with one program per 128 pairs,
+# padded dispatch graph queued 18.4 / 19.7 µs instead of 19.1 / 21.5 (sw / tff). In larger calls
+# 32-pair steps let the token senders run beside the count programs instead of after them: at 4096
+# tokens the compact writers' launch ended with its token group at 39 µs instead of 65, at 16384
+# at 142 instead of 190 (session 23).
+COUNT_STEP = 32
+# Larger calls, whose count programs wait for the rows of the lower ones, have one per this many
+# pairs (at most MAX_COUNT): one per 32 pairs at 1024 tokens (256 programs, each adding the rows of
+# all before it) ended the count group at 29 µs instead of 11.5 (session 23).
+PAIRS_PER_COUNT = 128
 # A count program whose range starts within this many pairs counts those before it itself, in one
 # load, instead of waiting for the rows of the programs that hold them (256 tokens of top-8).
 PREFIX_PAIRS = 2048
@@ -248,7 +253,9 @@ class CudaBackend(Backend):
         # Caps of the count and token groups: free to change between calls (the receiving group is
         # fixed per buffer, acks count its programs); benchmarks/calibrate_split.py sweeps them.
         self.max_count, self.max_send = MAX_COUNT, MAX_SEND
-        self.pair_chunk = PAIR_CHUNK  # a power of 2; tests lower it to get several count programs
+        # pairs per count program in calls past prefix_pairs, and at most that many per step: a power
+        # of 2; tests lower it to get several count programs
+        self.pair_chunk = PAIRS_PER_COUNT
         self.prefix_pairs = PREFIX_PAIRS  # a power of 2; tests lower it to take both paths
         # what never changes for this buffer is bound once: the per-launch key leaves it out
         sym = self.sym
@@ -328,23 +335,20 @@ class CudaBackend(Backend):
         pairs = num_tokens * self.config.top_k
         if pairs > self.prefix_pairs:
             return 0
-        return max(1, -(-pairs // min(self.pair_chunk, DECODE_PAIR_CHUNK)))
+        return max(1, -(-pairs // self._count_step()))
 
     def _count_programs(self, num_tokens: int, cap: int) -> int:
-        """Count programs of a call of ``num_tokens`` tokens here, at most ``cap``: one per decode step
-        of pairs where that many fit, else one per ``pair_chunk`` step at least."""
+        """Count programs of a call of ``num_tokens`` tokens here, at most ``cap``: one per step of
+        pairs where that many fit and never wait for one another, else one per ``pair_chunk`` pairs
+        at least."""
         decode = self._decode_programs(num_tokens)
         if 0 < decode <= cap:
             return decode
         return max(1, min(-(-num_tokens * self.config.top_k // self.pair_chunk), cap))
 
-    def _pair_chunk(self, num_tokens: int, n_count: int) -> int:
-        """Pairs each of ``n_count`` count programs orders per step: the decode step where they are
-        one per decode step (``_count_programs``); launches without count programs keep
-        ``pair_chunk`` (one compiled variant fewer)."""
-        if n_count and n_count == self._decode_programs(num_tokens):
-            return min(self.pair_chunk, DECODE_PAIR_CHUNK)
-        return self.pair_chunk
+    def _count_step(self) -> int:
+        """Pairs a count program orders per step (``COUNT_STEP``; fewer where ``pair_chunk`` is)."""
+        return min(self.pair_chunk, COUNT_STEP)
 
     def _verifiers(self, num_tokens: int) -> int:
         """``dc``'s verifier programs of a call with ``num_tokens`` tokens here (0 in other modes)."""
@@ -389,7 +393,7 @@ class CudaBackend(Backend):
         meta = row_meta(cfg.sync, cfg.hidden, cfg.dtype.itemsize, num_tokens)
         key = ("dispatch", meta["CB"], like, replicate, final, workers.verify > 0,
                workers.split(cfg.world_size), self.timer.enabled,
-               self._pair_chunk(num_tokens, workers.count), self.prefix_pairs,
+               self._count_step(), self.prefix_pairs,
                cfg.sync == "tff" and not like and num_tokens <= COUNTS_FIRST_TOKENS,
                step_rows(meta) if num_tokens > workers.send > 0 else 1,
                step_rows(meta) if self.receive_items > workers.recv > 0 else 1)
