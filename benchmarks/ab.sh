@@ -3,12 +3,14 @@
 # the package in .ab/NAME (git archive of a commit, made where the repository is), each run from its
 # own directory so that it imports its own copy, versions alternating ROUNDS times (default 2).
 #   benchmarks/ab.sh prepare NAME=REF ...        here: .ab/NAME from commit REF (replaces .ab)
-#   benchmarks/ab.sh profile [ubep profile options]    on the GPU machine, every copy, alternating
+#   benchmarks/ab.sh profile [ubep profile options]    every copy, alternating (on a GPU machine
+#                                                      with --pg nccl --backend cuda)
 #   benchmarks/ab.sh bench [bench_ep.py options]       the same with benchmarks/bench_ep.py
 #   benchmarks/ab.sh pytest NAME [pytest options]      one copy's tests
-# profile / bench / pytest write their logs under $OUT (default ab-out): one file per run, printed
-# lines of interest on stdout, packed into $OUT/ab-<subcommand>-N.tgz at the end, N counting that
-# subcommand's calls (machines that return few files take them). .ab is ignored by git: name it in the device call's carry.
+# profile / bench / pytest write their logs under $OUT (default ab-out), one per run with the run's
+# CSV / PNG files beside it, print the lines of interest, and pack it all into
+# $OUT/ab-<subcommand>-N.tgz at the end, N counting that subcommand's calls (machines that return
+# few files take them). .ab is ignored by git: name it in the device call's carry.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -31,8 +33,10 @@ each_copy() {  # each_copy TAG COMMAND...: COMMAND in every copy's directory, al
       local name log
       name=$(basename "$dir")
       log="$out/logs/$tag-$name-$round.log"
+      rm -rf /tmp/ab-run
       (cd "$dir" && python3 -c "import ubep; print('ubep from', ubep.__file__)" && "$@") >"$log" 2>&1
       echo "== $tag $name round $round: exit $?"
+      [ -d /tmp/ab-run ] && mv /tmp/ab-run "${log%.log}"  # the run's CSV / PNG files
       grep -E "kernel|done at|cuda/.*(dispatch|combine)" "$log" | head -n 40
     done
   done
@@ -49,11 +53,10 @@ case ${1:-} in
     done ;;
   profile)
     shift
-    each_copy profile timeout 300 python3 -m ubep.cli profile --pg nccl --backend cuda \
-      --out /tmp/ab-profile "$@" ;;
+    each_copy profile timeout 300 python3 -m ubep.cli profile --out /tmp/ab-run "$@" ;;
   bench)
     shift
-    each_copy bench env PYTHONPATH=. timeout 300 python3 benchmarks/bench_ep.py --out /tmp/ab-bench "$@" ;;
+    each_copy bench env PYTHONPATH=. timeout 300 python3 benchmarks/bench_ep.py --out /tmp/ab-run "$@" ;;
   pytest)
     name=$2
     shift 2
