@@ -45,7 +45,11 @@ def _rendezvous_store(rank, world_size, ports, timeout):
         for _ in range(world_size - 1):
             ports.put(store.port)
         return store
-    port = ports.get(timeout=timeout.total_seconds())
+    try:
+        port = ports.get(timeout=timeout.total_seconds())
+    except queue.Empty:
+        raise TimeoutError(f"rank {rank}: rank 0 did not open the process group's store within "
+                           f"{timeout.total_seconds():g} s") from None
     return dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=timeout)
 
 

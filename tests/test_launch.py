@@ -1,0 +1,39 @@
+"""Spawned ranks meet through a store whose port rank 0 picks at bind time: runs at once do not
+collide, and a rank left without rank 0 says so instead of hanging."""
+
+import multiprocessing as mp
+import threading
+from datetime import timedelta
+
+import pytest
+import torch.distributed as dist
+
+from ubep.launch import _rendezvous_store, run_ranks
+
+
+def world_sum(rank: int, world_size: int) -> int:
+    import torch
+
+    value = torch.tensor([rank + 1])
+    dist.all_reduce(value)
+    return int(value)
+
+
+def test_runs_at_once_each_get_their_own_group():
+    results: list = [None] * 4
+
+    def one(i):
+        results[i] = run_ranks(world_sum, 2, timeout_s=120)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [[3, 3]] * 4
+
+
+def test_a_rank_without_rank_0_times_out_with_a_clear_error():
+    ports = mp.get_context("spawn").Queue()
+    with pytest.raises(TimeoutError, match="rank 1: rank 0 did not open"):
+        _rendezvous_store(1, 2, ports, timedelta(seconds=0.2))
