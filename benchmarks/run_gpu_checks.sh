@@ -12,7 +12,7 @@
 # 10-minute calls: one part per call; the whole benchmark needs LIMIT_S=590). `dc`'s stress at 7168
 # elements took about 0.23 s a call on one shared GPU (session 17), 8 minutes per layout: there, run
 # one layout per call, `python3 -m pytest tests/test_cuda.py -k "dc-padded-wide"` (then compact).
-# Logs go to $OUT (default bench-out), one per group.
+# Logs go to $OUT (default bench-out), one per group. BENCH_ARGS passes options to bench_ep.py.
 # Meant for 2 or more GPUs of one host; on fewer GPUs than a test has ranks, the cuda backend's ranks
 # share GPU 0 (tests/shared_gpu.py): the protocol is checked, NVLink is not. NVLink multicast stays off.
 set -uo pipefail
@@ -50,7 +50,10 @@ for part in "${parts[@]}"; do
     stress)
       run stress python3 -m pytest -q -rf "${workers[@]}" tests/test_cuda.py -k stress ;;
     bench)
-      run bench env PYTHONPATH=. python3 benchmarks/bench_ep.py --vdev --out "$out/bench" ;;
+      # BENCH_ARGS: bench_ep.py options, word-split (say, "--tokens 16 128 512" in one call and
+      # "--tokens 4096 8192" in the next on a machine lent for 10-minute calls)
+      # shellcheck disable=SC2086
+      run bench env PYTHONPATH=. python3 benchmarks/bench_ep.py --vdev --out "$out/bench" ${BENCH_ARGS:-} ;;
     *)
       echo "unknown part '$part' (exact, worlds, stress, bench)" >&2
       exit 2 ;;
