@@ -33,7 +33,6 @@ class _NoLaunch:
 
     def __init__(self, kernel):
         self.arg_names = kernel.arg_names
-        self.fn = kernel.fn
 
     def __getitem__(self, grid):
         return lambda *args, **options: self
