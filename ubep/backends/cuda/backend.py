@@ -486,7 +486,10 @@ class CudaBackend(Backend):
         sent = torch.empty(w, tm, dtype=torch.int8, device=dev)
         rows = torch.empty(w, tm, k, dtype=torch.int64, device=dev)
         pair_w = torch.empty(w, tm, k, dtype=torch.float32, device=dev)
-        tpe = torch.empty(cfg.num_local_experts, dtype=torch.int64, device=dev)
+        # rows per local expert, then their sum (the compact layout's output size, read by the host)
+        el = cfg.num_local_experts
+        tpe_total = torch.empty(el + 1, dtype=torch.int64, device=dev)
+        tpe = tpe_total[:el]
         workers = self._workers(num_tokens)
         writers = Workers(workers.count, workers.send, 0)
         receivers = Workers(0, 0, workers.recv, workers.verify)
@@ -515,7 +518,7 @@ class CudaBackend(Backend):
                     writers = Workers(0, 0, 0)
                 self._dispatch_launch(replace(writers, recv=1), *common, *sizes,
                                       like=False, replicate=False, final=False)
-                num_rows = int(tpe.sum())  # the compact layout's one host synchronization
+                num_rows = int(tpe_total[el])  # the compact layout's one host synchronization
             out = x_TH.new_empty(num_rows, hidden)
             row_weights, recv_w = torch.empty(2, num_rows, dtype=torch.float32, device=dev)
             with self.timer.phase("dispatch: reorder"):

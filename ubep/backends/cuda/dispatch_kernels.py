@@ -98,7 +98,8 @@ def _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD: tl.constexpr, E_LO
     first receive row of source ``s``'s pairs for local expert ``l`` (``ubep.layout.row_base``),
     ``[W_BLOCK * L_BLOCK]``, kept in registers: a table in memory would cost its receivers a store,
     a barrier and a load on the way to each row. Receive program 0 also writes
-    ``tokens_per_expert``."""
+    ``tokens_per_expert [E_LOCAL]`` and their sum after them (the compact output's rows: the host
+    reads one word instead of launching a sum)."""
     s = tl.arange(0, W_BLOCK)[:, None]
     loc = tl.arange(0, L_BLOCK)[None, :]
     valid = (s < WORLD) & (loc < E_LOCAL)
@@ -110,6 +111,7 @@ def _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD: tl.constexpr, E_LO
     if j == 0:
         lanes = tl.arange(0, L_BLOCK)
         tl.store(tpe_ptr + lanes, total, mask=lanes < E_LOCAL)
+        tl.store(tpe_ptr + E_LOCAL, tl.sum(total, 0))
     return total, tl.reshape(base, [W_BLOCK * L_BLOCK])
 
 
