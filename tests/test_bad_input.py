@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import ubep
+import ubep.buffer
 from tests.workers import bad_rank_worker
 from ubep.launch import run_ranks
 
@@ -54,6 +55,18 @@ def _bad_x():
 def test_dispatch_rejects(buf, args, error, words):
     with pytest.raises(error, match=words):
         buf.dispatch(*args)
+
+
+def test_value_checks_are_skipped_while_a_graph_is_captured(buf, monkeypatch):
+    x, idx, w = _inputs()
+    out_of_range = torch.where(idx == 3, E, idx)
+    monkeypatch.setattr(ubep.buffer, "_capturing", lambda t: True)
+    buf._check_dispatch(x, out_of_range, w)  # a capture cannot read the values back
+    with pytest.raises(TypeError, match="topk_idx must have dtype"):  # the rest is still checked
+        buf._check_dispatch(x, out_of_range.float(), w)
+    monkeypatch.setattr(ubep.buffer, "_capturing", lambda t: False)
+    with pytest.raises(ValueError, match="topk_idx values must be in"):
+        buf._check_dispatch(x, out_of_range, w)
 
 
 def test_repeated_empty_slots_are_fine(buf):

@@ -105,7 +105,8 @@ class Buffer:
         device: where tensors live; by default derived from the group (gloo: CPU, NCCL: CUDA).
         timeout_s: how long any collective may wait for peers before raising ``EPCommError``.
         check_inputs: also check index values (range, duplicates); costs one host
-            synchronization per dispatch.
+            synchronization per dispatch. Skipped while a CUDA graph is being captured: a capture
+            cannot synchronize, and the values it sees are not those of its replays.
         profile: record per-phase times (see :meth:`phase_times`).
         num_sms: the cuda backend's SM budget: each launch has at most this many thread blocks (at
             least 3, plus ``W`` in ``dc``); the compact layout then gives its sending and receiving
@@ -261,7 +262,7 @@ class Buffer:
                            (num_tokens, cfg.top_k))
         self._check_tensor("topk_weights", topk_weights, (torch.float32,),
                            (num_tokens, cfg.top_k))
-        if not cfg.check_inputs or num_tokens == 0:
+        if not cfg.check_inputs or num_tokens == 0 or _capturing(topk_idx):
             return
         ordered = topk_idx.sort(dim=1).values
         repeated = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
@@ -285,6 +286,12 @@ class Buffer:
             raise TypeError(f"weighted must be a bool, got {type(weighted).__name__}")
         self._check_tensor("expert_out", expert_out, (self.config.dtype,),
                            handle.rows_shape(self.config.hidden))
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    """Whether a CUDA graph is being captured on ``t``'s current stream (never for CPU tensors:
+    CPU builds of torch cannot ask)."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def _records_grad(*inputs: torch.Tensor) -> bool:
