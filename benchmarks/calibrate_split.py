@@ -7,7 +7,8 @@ against measured group times.
 For each dispatch shape (tokens per rank, hidden) and each pair of group caps (the backend's
 ``max_count`` / ``max_send``), times dispatches with ``profile=True``: a group's time is when its last
 program finished its work, from the launch's first stamp (``dispatch count: done at``, ``dispatch
-token: done at``; median over the calls). Those are ``ubep.tuning.Sample``s of the count and token
+token: done at``, with ``(writers)`` after ``dispatch`` in the compact layout, whose first launch
+counts and sends; median over the calls). Those are ``ubep.tuning.Sample``s of the count and token
 groups; ``ubep.tuning.calibrate`` fits the model on ``flat(W)`` starting from ``h200()``. Prints the
 fitted constants and, per sample, predicted and measured µs; writes ``calibration.csv`` / ``.md`` and
 ``params.json`` under ``--out``. ``--refit`` fits the measured column of an earlier
@@ -40,7 +41,7 @@ os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
 # The cuda count group splits the pairs (pair_ns) and chains its programs' counts (chain_ns); the
 # prefix sums over sources are the receivers' (no cumsum term), no work is per expert (no beta).
 ONE_PASS_COUNT_TERMS = ("b_count_ns", "pair_ns", "chain_ns")
-GROUP_PHASES = {"count": "dispatch count: done at", "token": "dispatch token: done at"}
+GROUPS = ("count", "token")
 
 
 def sweep_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
@@ -53,10 +54,12 @@ def sweep_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
             idx = skewed_topk(tokens, args.experts, args.top_k, generator=gen).to(dev)
             x = origin_tokens(rank, tokens, hidden, torch.bfloat16).to(dev)
             w = origin_weights(rank, tokens, args.top_k).to(dev)
+            layout = "padded" if tokens <= 512 else "compact"
+            # the compact dispatch counts and sends in its first launch, its writers'
+            launch = "dispatch" if layout == "padded" else "dispatch (writers)"
             buf = ubep.Buffer(hidden=hidden, num_experts=args.experts, top_k=args.top_k,
                               max_tokens_per_rank=tokens, dtype=torch.bfloat16, backend="cuda",
-                              layout="padded" if tokens <= 512 else "compact", profile=True,
-                              check_inputs=False)
+                              layout=layout, profile=True, check_inputs=False)
             for n_count in args.count_groups:
                 for n_send in args.token_groups:
                     buf._backend.max_count, buf._backend.max_send = n_count, n_send
@@ -69,8 +72,9 @@ def sweep_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
                     launched = buf._backend._workers(tokens)  # the caps, bounded by the work
                     rows.append({"tokens": tokens, "hidden": hidden,
                                  "n_count": launched.count, "n_token": launched.send,
-                                 **{group: statistics.median(phases[name][args.warmup:])
-                                    for group, name in GROUP_PHASES.items()}})
+                                 **{group: statistics.median(
+                                     phases[f"{launch} {group}: done at"][args.warmup:])
+                                    for group in GROUPS}})
             del buf
             torch.cuda.empty_cache()
     return rows
@@ -82,7 +86,7 @@ def samples_of(rows: list[dict], args: argparse.Namespace) -> list[Sample]:
     for row in rows:
         shape = DispatchShape(tokens=row["tokens"], experts=args.experts, topk=args.top_k,
                               bytes_per_token=2 * row["hidden"])
-        for group in GROUP_PHASES:
+        for group in GROUPS:
             out.append(Sample(shape=shape, n_workers=row["n_count"] + row["n_token"],
                               n_count=row["n_count"], group=group, time_ns=1e3 * row[group]))
     return out

@@ -7,7 +7,8 @@ receive``; combine ``send, verify, reduce`` (``verify``: ``dc`` only). Per group
 phases, ``"<op> <group>: wait"`` (the longest wait of one of its programs) and ``"<op> <group>: done
 at"`` (when its last program finished its work, from the launch's first stamp), and ``"<op>:
 kernel"`` (when the last program finished). The groups run at once, so these are points on one
-timeline, not parts of a sum.
+timeline, not parts of a sum. An operation that launches twice (the compact dispatch; any operation
+under an SM budget in the compact layout) names its first launch's phases ``"<op> (writers) ..."``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ GROUPS = {"dispatch": ("count", "token", "verify", "receive"),
 @dataclass(frozen=True)
 class LaunchStamps:
     """One launch's ``stamps [programs, 4]`` int64 (on its device) and programs per group;
-    ``label`` names the launch in timelines (an operation may launch twice)."""
+    ``label`` names the launch in phases and timelines (an operation may launch twice)."""
 
     op: str
     sizes: tuple[int, ...]
@@ -43,9 +44,9 @@ class LaunchStamps:
         t0 = host[:, 0].min()
         out = {}
         for name, _, g in self._groups(host):
-            out[f"{self.op} {name}: wait"] = float((g[:, 1] - g[:, 0]).max()) / 1e3
-            out[f"{self.op} {name}: done at"] = float((g[:, 2] - t0).max()) / 1e3
-        out[f"{self.op}: kernel"] = float((host[:, 3] - t0).max()) / 1e3
+            out[f"{self.label} {name}: wait"] = float((g[:, 1] - g[:, 0]).max()) / 1e3
+            out[f"{self.label} {name}: done at"] = float((g[:, 2] - t0).max()) / 1e3
+        out[f"{self.label}: kernel"] = float((host[:, 3] - t0).max()) / 1e3
         return out
 
     def timeline(self) -> list[dict]:
