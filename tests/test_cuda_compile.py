@@ -77,18 +77,24 @@ def _mode(mode, dtype):
             "SENTINEL": checksum.sentinel_word(dtype) if mode == "sp" else 0}
 
 
+def _dispatch_constants(mode, *, like, replicate, tokens, counts_first, profile):
+    """The dispatch kernel's constants at W = 2, 256 experts, top-8, 7168 bf16, for a call of
+    ``tokens`` tokens (row steps)."""
+    meta = row_meta(mode, 7168, 2, tokens)
+    return {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
+            "E_BLOCK": 256, "CHUNK": COUNT_STEP, "J_BLOCK": 16, "N_BLOCK": 256, "PREFIX": 2048,
+            **_mode(mode, torch.bfloat16), "LIKE": like, "RECORDS": (not like) or mode == "sw",
+            "REPLICATE": replicate, "VERIFY": replicate and mode == "dc", "SPLIT": 8,
+            "FINAL": replicate, "PROFILE": profile, "COUNTS_FIRST": counts_first, **meta,
+            "ROWS": step_rows(meta), "RECV_ROWS": step_rows(meta)}
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(("like", "replicate"), [(False, False), (False, True), (True, True)])
 def test_dispatch_compiles(mode, like, replicate):
     """The compact layout's writers, the padded layout's one launch and ``dispatch_like``."""
-    constants = {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
-                 "E_BLOCK": 256, "CHUNK": COUNT_STEP, "J_BLOCK": 16, "N_BLOCK": 256, "PREFIX": 2048,
-                 **_mode(mode, torch.bfloat16), "LIKE": like,
-                 "RECORDS": (not like) or mode == "sw", "REPLICATE": replicate,
-                 "VERIFY": replicate and mode == "dc", "SPLIT": 8, "FINAL": replicate, "PROFILE": replicate,
-                 "COUNTS_FIRST": mode == "tff" and not like, **row_meta(mode, 7168, 2),
-                 "ROWS": step_rows(row_meta(mode, 7168, 2)),
-                 "RECV_ROWS": step_rows(row_meta(mode, 7168, 2))}
+    constants = _dispatch_constants(mode, like=like, replicate=replicate, tokens=0,
+                                    counts_first=mode == "tff" and not like, profile=replicate)
     _assert_rows_move_in_16_bytes(_compile(dk.dispatch, POINTERS["dispatch"], constants))
 
 
@@ -99,12 +105,8 @@ def test_count_step_leaves_two_writers_per_sm(mode):
     call) needs at most 128 per thread, two programs of 8 warps per SM, so that senders run beside
     the count programs (128-pair steps took 236, one program per SM). ``dc``'s senders keep batch
     records and take more whatever the step."""
-    meta = row_meta(mode, 7168, 2, 4096)
-    constants = {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
-                 "E_BLOCK": 256, "CHUNK": COUNT_STEP, "J_BLOCK": 16, "N_BLOCK": 256, "PREFIX": 2048,
-                 **_mode(mode, torch.bfloat16), "LIKE": False, "RECORDS": True, "REPLICATE": False,
-                 "VERIFY": False, "SPLIT": 8, "FINAL": False, "PROFILE": False, "COUNTS_FIRST": False,
-                 **meta, "ROWS": step_rows(meta), "RECV_ROWS": step_rows(meta)}
+    constants = _dispatch_constants(mode, like=False, replicate=False, tokens=4096,
+                                    counts_first=False, profile=False)
     used = _resources(_build(dk.dispatch, POINTERS["dispatch"], constants).asm["cubin"])
     assert used["REG"] <= 128 and used["STACK"] == 0, used
 

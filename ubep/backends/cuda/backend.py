@@ -391,7 +391,8 @@ class CudaBackend(Backend):
         cfg = self.config
         num_tokens = x_bits.shape[0]
         meta = row_meta(cfg.sync, cfg.hidden, cfg.dtype.itemsize, num_tokens)
-        key = ("dispatch", meta["CB"], like, replicate, final, workers.verify > 0,
+        # row_meta keeps one dict per row geometry: its identity stands for the geometry
+        key = ("dispatch", id(meta), like, replicate, final, workers.verify > 0,
                workers.split(cfg.world_size), self.timer.enabled,
                self._count_step(), self.prefix_pairs,
                cfg.sync == "tff" and not like and num_tokens <= COUNTS_FIRST_TOKENS,
@@ -439,13 +440,13 @@ class CudaBackend(Backend):
     def _combine_launch(self, workers: Workers, rows_RF, routes: Routes, num_tokens, source_w, y, *,
                         partial: bool, weighted: bool, gather: bool, final: bool) -> None:
         cfg = self.config
-        hidden, elem = rows_RF.shape[1], rows_RF.element_size()
-        key = ("combine", hidden, elem, num_tokens >= LARGE_CHUNK_TOKENS, partial, weighted, gather,
-               workers.verify > 0, workers.split(cfg.world_size), final, self.timer.enabled)
+        elem = rows_RF.element_size()
+        meta = row_meta(cfg.sync, rows_RF.shape[1], elem, num_tokens)
+        key = ("combine", id(meta), partial, weighted, gather, workers.verify > 0,
+               workers.split(cfg.world_size), final, self.timer.enabled)
         constants = self._constants.get(key)
         if constants is None:
-            constants = self._constants[key] = self._combine_constants(
-                row_meta(cfg.sync, hidden, elem, num_tokens), *key[4:])
+            constants = self._constants[key] = self._combine_constants(meta, *key[2:])
         self.launch_combine(
             workers.total, rows_RF, rows_RF.view(INT_VIEW[elem]), routes.rows_WMK,
             routes.weights_WMK, routes.idx_P, source_w, routes.sent_WT, num_tokens,
