@@ -179,6 +179,10 @@ def _graph_rows(buf, x, idx, w, case: dict, wire, name: str, programs, args) -> 
     timed twice: from an idle GPU ("graph", the replay's own launch latency included) and queued
     behind a delay kernel ("queued graph": the GPU's time alone)."""
     dispatch_graph, res = _graphed(lambda: buf.dispatch(x, idx, w))
+    # the captured dispatch's outputs, the combines' handle, hold its rows once it has replayed:
+    # a combine of an unreplayed capture's handle follows routes of uninitialized memory
+    dispatch_graph.replay()
+    torch.cuda.synchronize()
     graphs = [("dispatch", dispatch_graph, wire.total_bytes, programs[0])]
     for reduce in ("source", "expert_rank"):
         graph, _ = _graphed(lambda red=reduce: buf.combine(res.recv_x, res.handle, reduce=red))
