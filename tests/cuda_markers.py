@@ -68,13 +68,14 @@ def _fmix(x_ptr, out_ptr, N: tl.constexpr):
 
 
 @triton.jit
-def _sentinel(wire_ptr, pending_ptr, SENTINEL: tl.constexpr, BE: tl.constexpr, NB: tl.constexpr,
-              NB_BLOCK: tl.constexpr, RESET: tl.constexpr):
+def _sentinel(wire_ptr, pending_ptr, part, SENTINEL: tl.constexpr, BE: tl.constexpr,
+              NB: tl.constexpr, NB_BLOCK: tl.constexpr, RESET: tl.constexpr, CB: tl.constexpr,
+              PARTS: tl.constexpr):
     r = tl.program_id(0)
     row = wire_ptr + r * (NB * BE)
     tl.store(pending_ptr + r, ck.sentinel_pending(row, SENTINEL, NB, NB_BLOCK))
     if RESET:
-        ck.reset_markers(row, SENTINEL, NB, NB_BLOCK)
+        ck.reset_markers(row, part, SENTINEL, NB, NB_BLOCK, CB, PARTS)
 
 
 def _each(params, check) -> None:
@@ -231,18 +232,21 @@ def check_receiver_checksum(_rank: int, _world: int) -> None:
           lambda shape, epoch, held: check(*shape, epoch, held))
 
 
-def _pending(fmt, region, reset):
+def _pending(fmt, region, reset, part=0, parts=1):
+    """Blocks of each row of ``region`` still holding the sentinel; ``reset``: then part ``part``
+    of ``parts`` (chunks of one block) writes the sentinel back."""
     pending = torch.zeros(region.shape[0], dtype=torch.int32)
     nb = fmt.blocks_per_row
-    _sentinel[(region.shape[0],)](region, pending, SENTINEL=ck.sentinel_word(fmt.dtype),
+    _sentinel[(region.shape[0],)](region, pending, part, SENTINEL=ck.sentinel_word(fmt.dtype),
                                   BE=wire.BLOCK_BYTES, NB=nb, NB_BLOCK=triton.next_power_of_2(nb),
-                                  RESET=reset)
+                                  RESET=reset, CB=1, PARTS=parts)
     return pending.tolist()
 
 
 def check_sentinel_wait_and_reset(_rank: int, _world: int) -> None:
     """An idle slot (the protocol's sentinel fill) has every block pending; arrived rows none, except
-    the blocks that carry the sentinel; the reset gives back the idle markers and keeps the rest."""
+    the blocks that carry the sentinel; the reset gives back the idle markers and keeps the rest.
+    Split between two parts (the receivers of halves of a row), each resets only its own blocks."""
     def check(dtype, hidden):
         fmt = _fmt("sp", dtype, hidden)
         rows = torch.cat([_random_rows(dtype, 2, hidden, seed=1), _sentinel_rows(dtype, hidden)])
@@ -254,5 +258,14 @@ def check_sentinel_wait_and_reset(_rank: int, _world: int) -> None:
         want, _ = protocol.encode(fmt, rows, 5)
         protocol.sentinel_fill(fmt, want)
         assert torch.equal(got, want), "markers after the reset"
+        halves, _ = _run_encode("sp", rows, 5)
+        before = halves.clone()
+        _pending(fmt, halves, reset=True, part=1, parts=2)
+        blocks = (rows.shape[0], fmt.blocks_per_row, -1)
+        odd = torch.arange(fmt.blocks_per_row) % 2 == 1
+        assert torch.equal(halves.view(blocks)[:, odd], want.view(blocks)[:, odd]), "part 1's blocks"
+        assert torch.equal(halves.view(blocks)[:, ~odd], before.view(blocks)[:, ~odd]), "part 0's"
+        _pending(fmt, halves, reset=True, part=0, parts=2)
+        assert torch.equal(halves, want), "markers after both parts' resets"
 
     _each(SHAPES, check)

@@ -22,6 +22,7 @@ from ubep.backends.cuda.backend import (  # noqa: E402
     COMBINE_REGISTERS,
     COUNT_STEP,
     NUM_WARPS,
+    recv_parts,
     reduce_step_blocks,
     row_meta,
     step_rows,
@@ -79,14 +80,14 @@ def _mode(mode, dtype):
 
 def _dispatch_constants(mode, *, like, replicate, tokens, counts_first, profile):
     """The dispatch kernel's constants at W = 2, 256 experts, top-8, 7168 bf16, for a call of
-    ``tokens`` tokens (row steps)."""
+    ``tokens`` tokens (row steps); two receivers per row (ignored by launches without receivers)."""
     meta = row_meta(mode, 7168, 2, tokens)
     return {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
             "E_BLOCK": 256, "CHUNK": COUNT_STEP, "J_BLOCK": 16, "N_BLOCK": 256, "PREFIX": 2048,
             **_mode(mode, torch.bfloat16), "LIKE": like, "RECORDS": (not like) or mode == "sw",
             "REPLICATE": replicate, "VERIFY": replicate and mode == "dc", "SPLIT": 8,
             "FINAL": replicate, "PROFILE": profile, "COUNTS_FIRST": counts_first, **meta,
-            "ROWS": step_rows(meta), "RECV_ROWS": step_rows(meta)}
+            "ROWS": step_rows(meta), "RECV_ROWS": step_rows(meta), "RECV_PARTS": 2}
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -125,7 +126,7 @@ def test_combine_compiles(mode, partial, gather):
                  "GATHER": gather, "VERIFY": mode == "dc", "SPLIT": 8, "FINAL": not gather,
                  "PROFILE": partial,
                  **rows, "ROWS": min(8, step_rows(rows)), "R_BLOCK": 8,
-                 "RCB": reduce_step_blocks(rows, 8)}
+                 "RCB": reduce_step_blocks(rows, 8), "RECV_PARTS": 1 if gather else 2}
     ops = _compile(ck.combine, pointers, constants)
     if not gather:
         _assert_rows_move_in_16_bytes(ops)
@@ -152,7 +153,7 @@ def test_combine_fits_its_register_budget(mode):
                  **_mode(mode, torch.bfloat16), "PARTIAL": False, "WEIGHTED": False,
                  "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": mode == "dc", "SPLIT": 8, "FINAL": True,
                  "PROFILE": False, **rows, "ROWS": min(8, step_rows(rows)), "R_BLOCK": 8,
-                 "RCB": reduce_step_blocks(rows, 8)}
+                 "RCB": reduce_step_blocks(rows, 8), "RECV_PARTS": 1}
     budget = COMBINE_REGISTERS[mode]
     used = _resources(_build(ck.combine, POINTERS["combine"], constants, budget).asm["cubin"])
     assert used["REG"] <= budget and used["STACK"] <= 64, used
@@ -188,12 +189,14 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
                 "E_BLOCK": 8, "CHUNK": 128, "J_BLOCK": 512, "N_BLOCK": 256, "PREFIX": 2048,
                 **_mode(mode, torch.bfloat16), "LIKE": False, "RECORDS": True,
                 "REPLICATE": True, "VERIFY": False, "SPLIT": 1, "FINAL": True, "PROFILE": False,
-                "COUNTS_FIRST": mode == "tff", **rows}
+                "COUNTS_FIRST": mode == "tff",
+                "RECV_PARTS": recv_parts(2, 1, rows["NB"], rows["CB"]), **rows}
     combine = {"WORLD": 1, "W_BLOCK": 1, "E_LOCAL": 8, "TOP_K": 1, "K_BLOCK": 2,
                **_mode(mode, torch.bfloat16), "PARTIAL": False, "WEIGHTED": False,
                "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": False, "SPLIT": 1, "FINAL": True,
                "PROFILE": False, **rows, "ROWS": min(2, step_rows(rows)), "R_BLOCK": 8,
-               "RCB": reduce_step_blocks(rows, 8)}
+               "RCB": reduce_step_blocks(rows, 8),
+               "RECV_PARTS": recv_parts(2, 1, rows["NB"], reduce_step_blocks(rows, 8))}
     dispatch_pointers = dict(POINTERS["dispatch"], x_ptr=int_type, out_ptr=int_type)
     several = step_rows(rows)
     cb, rcb = rows["CB"], combine["RCB"]

@@ -50,6 +50,14 @@ CASES = [
          num_sms=3),
     Case(tokens=(40, 30), hidden=16, num_experts=4, top_k=2, dtype="fp32", layout="padded",
          sync="tff", seed=11, num_sms=4),
+    # rows of two steps (65-70 blocks of 128 bytes): two receivers, and two reducers, per row
+    Case(tokens=(3, 2), hidden=2080, num_experts=4, top_k=2, dtype="fp32", layout="padded",
+         sync="sw", seed=12),
+    Case(tokens=(3, 0, 2), hidden=2080, num_experts=6, top_k=2, dtype="fp32", sync="tff",
+         drop=0.25, seed=13),
+    Case(tokens=(2, 3), hidden=2080, num_experts=4, top_k=2, dtype="fp32", layout="padded",
+         sync="sp", seed=14),
+    Case(tokens=(3, 2), hidden=2080, num_experts=4, top_k=2, dtype="fp32", sync="dc", seed=15),
 ]
 # sp rows holding the sentinel: fp32 rows of 2 blocks, fp16 rows of 3 (the last one padded)
 SENTINEL_CASES = [
@@ -180,6 +188,26 @@ def test_decode_calls_have_a_count_program_per_step():
     assert backend._count_step() == COUNT_STEP
     backend.max_count = 8
     assert backend._workers(128).count == 8 and backend._workers(32).count == 8
+
+
+def test_receivers_share_rows_of_several_steps():
+    """Two programs per item (each every other step of the row) where there are two per item and
+    the row's steps divide between them; a buffer without an SM budget has two receivers per item
+    up to ``MAX_RECV``, but in ``dc``, whose combine still splits its tokens' rows where the
+    receivers outnumber them twice (``sp``'s combine never does: the backend's launch)."""
+    from ubep.backends.cuda.backend import MAX_RECV, recv_parts
+
+    # W = 1, 128 tokens of 7168 bf16 (112 blocks, 64 a step); EP2's 256 items; 3 steps; 1 step
+    assert recv_parts(MAX_RECV, 128, 112, 64) == 2 and recv_parts(MAX_RECV, 256, 112, 64) == 1
+    assert recv_parts(MAX_RECV, 64, 130, 64) == 1 and recv_parts(MAX_RECV, 64, 64, 64) == 1
+    for sync, receivers in (("sw", 12), ("sp", 12), ("dc", 6)):
+        case = Case(tokens=(3, 2), hidden=2080, num_experts=4, top_k=2, dtype="fp32",
+                    layout="padded", sync=sync)
+        backend = emulated_backends(case)[0]
+        assert backend.receivers == receivers
+        assert recv_parts(backend.receivers, 3, 65, 64) == 2  # the combine of 3 tokens
+    wide = Case(tokens=(200, 200), hidden=2080, num_experts=4, top_k=2, dtype="fp32", sync="sw")
+    assert emulated_backends(wide)[0].receivers == MAX_RECV
 
 
 def test_two_count_programs_split_the_pairs(monkeypatch):

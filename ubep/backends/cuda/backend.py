@@ -78,6 +78,17 @@ COMBINE_REGISTERS = {"sw": 128, "tff": 128}
 # Programs per group: lower ids are scheduled first and never wait on higher ones, so a grid larger
 # than the GPU holds at once still completes.
 MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
+# Receivers (and combine reducers) that share one item's row, each every RECV_PARTS-th step of it,
+# where there are that many programs per item and the row's steps divide among them. A program
+# stores about 57 GB/s whatever it keeps in flight (benchmarks/probe_copy_rate.py, session 12): a
+# decode receiver at W = 1 writes its token 8 times, 115 KB for a 7168-element bf16 row, 2 µs of
+# stores on one SM. Without an SM budget a buffer of at most MAX_RECV / RECV_PARTS items has
+# RECV_PARTS receivers per item, but in dc, whose receivers wait for SMs behind the verifiers (its
+# kernels hold one program per SM). ptxas for sm_90 (7168 bf16, top-8, a 128-token call's
+# geometry): the decode dispatch kernel takes fewer registers with two receivers per item (W = 2:
+# sw 108 -> 64, tff 131 -> 100, sp 125 -> 80), the combine kernel as many, but in sp at W = 2
+# (expert_rank: 128 -> 146, one program per SM instead of two): sp's reducers take whole tokens.
+RECV_PARTS = 2
 # Combine senders move up to K rows per item, one tile after another; more of them hide latency.
 MAX_COMBINE_SEND = 512
 # dc without an SM budget: verifier programs in all, one per VERIFY_TOKENS tokens of the call,
@@ -122,6 +133,18 @@ def reduce_step_blocks(meta: dict, rows: int) -> int:
     """Blocks of each of a token's ``rows`` rows a combine reducer takes per step (``RCB``): all of
     them as one tile of at most ``SEND_TILE_BYTES``, never fewer than ``MIN_TILE_BLOCKS``."""
     return max(MIN_TILE_BLOCKS, min(meta["CB"], SEND_TILE_BYTES // (rows * wire.BLOCK_BYTES)))
+
+
+def recv_parts(receivers: int, items: int, blocks: int, step_blocks: int) -> int:
+    """Programs per item of a receiving group (``RECV_PARTS`` of the kernels): ``RECV_PARTS`` where
+    ``receivers`` hold that many for each of ``items`` and they divide the steps of ``step_blocks``
+    of a row of ``blocks`` among them, else 1."""
+    return RECV_PARTS if receivers >= RECV_PARTS * items and _parts_divide(blocks, step_blocks) else 1
+
+
+def _parts_divide(blocks: int, step_blocks: int) -> bool:
+    """Whether ``RECV_PARTS`` programs divide the steps of ``step_blocks`` of a row of ``blocks``."""
+    return -(-blocks // step_blocks) % RECV_PARTS == 0
 
 
 def verify_split(world: int, num_sms: int | None, num_tokens: int) -> int:
@@ -242,7 +265,10 @@ class CudaBackend(Backend):
         self.split_launches = budget is not None and cfg.layout == "compact"
         self.receive_items = w * tm  # (source, token) items the receivers share
         if budget is None:
-            self.receivers = min(self.receive_items, MAX_RECV)
+            rows = row_meta(cfg.sync, cfg.hidden, es, tm)
+            parts = 1 if cfg.sync == "dc" else recv_parts(MAX_RECV, self.receive_items, rows["NB"],
+                                                          rows["CB"])
+            self.receivers = min(parts * self.receive_items, MAX_RECV)
         else:
             shared = 1 if self.split_launches else 2
             self.receivers = min(self.receive_items, (budget - self.verifiers) // shared)
@@ -397,7 +423,7 @@ class CudaBackend(Backend):
                self._count_step(), self.prefix_pairs,
                cfg.sync == "tff" and not like and num_tokens <= COUNTS_FIRST_TOKENS,
                step_rows(meta) if num_tokens > workers.send > 0 else 1,
-               step_rows(meta) if self.receive_items > workers.recv > 0 else 1)
+               step_rows(meta) if self.receive_items > workers.recv > 0 else 1, workers.recv)
         constants = self._constants.get(key)
         if constants is None:
             constants = self._constants[key] = self._dispatch_constants(meta, *key[2:])
@@ -410,10 +436,11 @@ class CudaBackend(Backend):
             workers.recv, writers, constants=constants)
 
     def _dispatch_constants(self, meta: dict, like, replicate, final, verify, split, profile, chunk,
-                            prefix, counts_first, rows, recv_rows) -> Constants:
+                            prefix, counts_first, rows, recv_rows, recv) -> Constants:
         """The dispatch kernel's compile-time constants for one launch variant (``_dispatch_launch``
         builds each once per buffer)."""
         cfg = self.config
+        parts = recv_parts(recv, self.receive_items, meta["NB"], meta["CB"])
         return Constants(
             NUM_WARPS, WORLD=cfg.world_size, E_LOCAL=cfg.num_local_experts, W_BLOCK=self.w_block,
             L_BLOCK=pow2_at_least(cfg.num_local_experts), TOP_K=cfg.top_k, K_BLOCK=self.k_block,
@@ -421,7 +448,7 @@ class CudaBackend(Backend):
             N_BLOCK=MAX_COUNT, MODE=self.mode, SENTINEL=self.sentinel, LIKE=like,
             RECORDS=(not like) or cfg.sync == "sw", REPLICATE=replicate, VERIFY=verify, SPLIT=split,
             FINAL=final, PROFILE=profile, COUNTS_FIRST=counts_first, ROWS=rows, RECV_ROWS=recv_rows,
-            **meta)
+            RECV_PARTS=parts, **meta)
 
     def _combine_launches(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
                           weighted: bool, gather: bool):
@@ -442,8 +469,10 @@ class CudaBackend(Backend):
         cfg = self.config
         elem = rows_RF.element_size()
         meta = row_meta(cfg.sync, rows_RF.shape[1], elem, num_tokens)
+        # sp's reducers take whole tokens (RECV_PARTS)
+        shared = cfg.sync != "sp" and workers.recv >= RECV_PARTS * num_tokens
         key = ("combine", id(meta), partial, weighted, gather, workers.verify > 0,
-               workers.split(cfg.world_size), final, self.timer.enabled)
+               workers.split(cfg.world_size), final, self.timer.enabled, shared)
         constants = self._constants.get(key)
         if constants is None:
             constants = self._constants[key] = self._combine_constants(meta, *key[2:])
@@ -454,18 +483,21 @@ class CudaBackend(Backend):
             self.timeout_ns, workers.send, workers.recv, constants=constants)
 
     def _combine_constants(self, meta: dict, partial, weighted, gather, verify, split, final,
-                           profile) -> Constants:
-        """The combine kernel's compile-time constants for one launch variant."""
+                           profile, shared) -> Constants:
+        """The combine kernel's compile-time constants for one launch variant; ``shared``: there are
+        ``RECV_PARTS`` reducers per token."""
         cfg = self.config
         # a token's rows for its reducer: W partial sums or K pair rows (at least 2 lanes)
         r_block = pow2_at_least(max(cfg.world_size if partial else cfg.top_k, 2))
+        rcb = reduce_step_blocks(meta, r_block)
+        parts = RECV_PARTS if shared and _parts_divide(meta["NB"], rcb) else 1
         return Constants(
             NUM_WARPS, COMBINE_REGISTERS.get(cfg.sync), WORLD=cfg.world_size, W_BLOCK=self.w_block,
             E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=verify, SPLIT=split,
             FINAL=final, PROFILE=profile, ROWS=min(self.k_block, step_rows(meta)), R_BLOCK=r_block,
-            RCB=reduce_step_blocks(meta, r_block), **meta)
+            RCB=rcb, RECV_PARTS=parts, **meta)
 
     # -- dispatch ---------------------------------------------------------------------------------
     # Each operation is a generator of launches. On a GPU they run back to back (`_finish`), the

@@ -149,10 +149,13 @@ def sentinel_pending(wire_ptr, SENTINEL: tl.constexpr, NB: tl.constexpr, NB_BLOC
 
 
 @triton.jit
-def reset_markers(wire_ptr, SENTINEL: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr):
-    """``sp``: write the sentinel word into both marker words of the ``NB`` blocks at ``wire_ptr``."""
+def reset_markers(wire_ptr, part, SENTINEL: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
+                  CB: tl.constexpr, PARTS: tl.constexpr):
+    """``sp``: write the sentinel word into both marker words of the blocks at ``wire_ptr`` that
+    part ``part`` of ``PARTS`` read: chunks ``part, part + PARTS, ..`` of ``CB`` blocks, of ``NB``
+    (``PARTS = 1``: every block)."""
     words = wire_ptr.to(tl.pointer_type(tl.int32))
     b = tl.arange(0, NB_BLOCK)[:, None]
     j = tl.arange(0, 2)[None, :]
     s = tl.full([NB_BLOCK, 2], SENTINEL, tl.uint32).to(tl.int32, bitcast=True)
-    tl.store(words + b * _BLOCK_WORDS + j, s, mask=b < NB)
+    tl.store(words + b * _BLOCK_WORDS + j, s, mask=(b < NB) & ((b // CB) % PARTS == part))

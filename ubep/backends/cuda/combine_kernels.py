@@ -25,7 +25,7 @@ import triton.language as tl
 
 from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda import records, sync, verify
-from ubep.backends.cuda.kernels import INTERPRETED, any_true, lane, symmetric_base
+from ubep.backends.cuda.kernels import INTERPRETED, any_true, lane, part_step, symmetric_base
 from ubep.backends.cuda.wire import DC, SP, SW, per_block_row, put_tile, take_tiles, tile, tile_rows
 
 # Row tiles of at most this many 128-byte blocks (8 KiB) sum a token's pairs from masked loads
@@ -125,18 +125,20 @@ def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, 
 
 
 @triton.jit
-def _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slot, epoch, tokens_max,
-                  deadline, err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
+def _reduce_token(t, part, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slot, epoch,
+                  tokens_max, deadline, err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
                   TOP_K: tl.constexpr, R_BLOCK: tl.constexpr, HIDDEN: tl.constexpr,
                   BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
-                  RCB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr,
-                  PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr, GATHER: tl.constexpr):
+                  RCB: tl.constexpr, PARTS: tl.constexpr, MODE: tl.constexpr,
+                  SENTINEL: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr,
+                  GATHER: tl.constexpr):
     """Token ``t``'s rows (``R_BLOCK >=`` its ``W`` or ``K`` rows), waited for and summed (or
     gathered) into ``y``, ``RCB`` blocks of every row per step: the step's chunks of all the rows
     are taken as one tile (their loads in flight together, each row checked), then each row's
     chunk is picked out of the tile in registers and summed in ascending order. Waiting for each
     row before loading the next cost one load latency per row; loading them again after the wait
-    read every row twice. ``deadline`` (ns) ends every row wait of the reducer's tokens."""
+    read every row twice. ``deadline`` (ns) ends every row wait of the reducer's tokens. Part
+    ``part`` of ``PARTS`` takes steps ``part, part + PARTS, ..`` (several reducers share a token)."""
     ks = tl.arange(0, R_BLOCK)
     row_elems: tl.constexpr = NB * BE
     dt: tl.constexpr = y_ptr.dtype.element_ty
@@ -157,7 +159,9 @@ def _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slo
         slot_at = t * TOP_K + tile_rows(RCB, R_BLOCK)
     live_at = per_block_row(valid.to(tl.int32), RCB, R_BLOCK) != 0
     us = tl.arange(0, R_BLOCK)[:, None, None]
-    for c in range(0, tl.cdiv(NB, RCB)):
+    tl.static_assert((NB + RCB - 1) // RCB % PARTS == 0, "the parts must divide a row's steps")
+    for step in range(0, tl.cdiv(NB, RCB) // PARTS):
+        c = part_step(step, part, PARTS)
         bits, p_off, is_payload = take_tiles(back_local + slot_at.to(tl.int64) * row_elems, c, epoch,
                                              deadline, err_addr, sync.WAIT_ROWS, peers, slot_at,
                                              rec_local + (slot * WORLD + peers) * 2, live_at, HIDDEN,
@@ -183,7 +187,7 @@ def _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slo
         for j in tl.static_range(num):
             if lane(valid.to(tl.int32), ks, j) != 0:
                 wire = back_local + lane(slots, ks, j).to(tl.int64) * row_elems
-                ck.reset_markers(wire, SENTINEL, NB, NB_BLOCK)
+                ck.reset_markers(wire, part, SENTINEL, NB, NB_BLOCK, RCB, PARTS)
 
 
 @triton.jit
@@ -209,11 +213,13 @@ def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptr
                  timeout_ns, err_addr, n_recv, WORLD: tl.constexpr, W_BLOCK: tl.constexpr,
                  E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, R_BLOCK: tl.constexpr,
                  HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
-                 NB_BLOCK: tl.constexpr, RCB: tl.constexpr, MODE: tl.constexpr,
-                 SENTINEL: tl.constexpr, PARTIAL: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
-                 GATHER: tl.constexpr, VERIFY: tl.constexpr, PROFILE: tl.constexpr):
-    """Reducer ``j`` of ``n_recv``: tokens ``j, j + n_recv, ..``, ``R_BLOCK`` rows each at most, in
-    steps of ``RCB`` blocks."""
+                 NB_BLOCK: tl.constexpr, RCB: tl.constexpr, RECV_PARTS: tl.constexpr,
+                 MODE: tl.constexpr, SENTINEL: tl.constexpr, PARTIAL: tl.constexpr,
+                 SUM_WEIGHTED: tl.constexpr, GATHER: tl.constexpr, VERIFY: tl.constexpr,
+                 PROFILE: tl.constexpr):
+    """Reducer ``j`` of ``n_recv``: part ``j % RECV_PARTS`` of tokens ``j // RECV_PARTS``, then
+    every ``n_recv // RECV_PARTS``-th, ``R_BLOCK`` rows each at most, in steps of ``RCB``
+    blocks."""
     if MODE == SW:
         sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
         sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, WORLD,
@@ -227,12 +233,13 @@ def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptr
     # one deadline for all of this reducer's row waits: after a peer fails it gives up within one
     # timeout, not one per token
     deadline = sync.now_ns() + timeout_ns
-    t = j
+    part = j % RECV_PARTS
+    t = j // RECV_PARTS
     while t < num_tokens:
-        _reduce_token(t, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slot, epoch,
+        _reduce_token(t, part, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slot, epoch,
                       tokens_max, deadline, err_addr, WORLD, E_LOCAL, TOP_K, R_BLOCK, HIDDEN, BE, FE,
-                      NB, NB_BLOCK, RCB, MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER)
-        t += n_recv
+                      NB, NB_BLOCK, RCB, RECV_PARTS, MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER)
+        t += n_recv // RECV_PARTS
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
     sync.publish_ack(state_ptr, n_recv, ack_ptrs, rank, epoch, WORLD)
 
@@ -244,7 +251,8 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
             W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
             HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
             NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr, R_BLOCK: tl.constexpr,
-            RCB: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr, PARTIAL: tl.constexpr,
+            RCB: tl.constexpr, RECV_PARTS: tl.constexpr, MODE: tl.constexpr,
+            SENTINEL: tl.constexpr, PARTIAL: tl.constexpr,
             WEIGHTED: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
             GATHER: tl.constexpr, VERIFY: tl.constexpr, SPLIT: tl.constexpr, FINAL: tl.constexpr,
             PROFILE: tl.constexpr):
@@ -253,7 +261,8 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     (a combine may run as a send launch, then a reduce launch). ``ROWS``: pairs' rows a
     ``reduce="source"`` sender moves per step (a power of two, at most ``K_BLOCK``). ``R_BLOCK``: a
     token's rows a reducer takes at once (a power of two, ``>= W`` with ``PARTIAL``, else ``>=
-    K``), ``RCB`` blocks of each per step.
+    K``), ``RCB`` blocks of each per step. ``RECV_PARTS``: reducers per token (1, or 2 where there
+    are at least twice as many reducers as tokens: each then takes every other step of one token).
 
     Expert side: ``out [rows, H]`` (and the same memory as integers, ``out_bits``), the dispatch's
     ``rows`` / ``pair_w [W, T_max, K]``. Source side: ``idx`` / ``w [T * K]``, ``sent [W, T_max]``,
@@ -302,13 +311,14 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
                              back_ptrs, sig_ptrs, ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid,
                              rank, slot, epoch, tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD,
                              W_BLOCK, E_LOCAL, TOP_K, R_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, RCB,
-                             MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER, VERIFY, PROFILE)
+                             RECV_PARTS, MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER, VERIFY,
+                             PROFILE)
         else:
             _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs, sig_ptrs,
                          ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch,
                          tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD, W_BLOCK, E_LOCAL,
-                         TOP_K, R_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, RCB, MODE, SENTINEL, PARTIAL,
-                         SUM_WEIGHTED, GATHER, VERIFY, PROFILE)
+                         TOP_K, R_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, RCB, RECV_PARTS, MODE, SENTINEL,
+                         PARTIAL, SUM_WEIGHTED, GATHER, VERIFY, PROFILE)
     if FINAL:
         grid = n_send + n_recv
         if VERIFY:

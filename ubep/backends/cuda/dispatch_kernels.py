@@ -31,7 +31,7 @@ import triton.language as tl
 from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda import records, sync, verify
 from ubep.backends.cuda.counting import count_role
-from ubep.backends.cuda.kernels import any_true, lane, symmetric_base
+from ubep.backends.cuda.kernels import any_true, lane, part_step, symmetric_base
 from ubep.backends.cuda.wire import DC, SP, per_block_row, put_tile, take_tiles, tile, tile_rows
 
 PAD_STEP = tl.constexpr(1024)  # padding weights a receiver zeroes per store (4 per thread)
@@ -170,18 +170,20 @@ def _route_entries(g, route_local, count_local, slot, tokens_max, WORLD: tl.cons
 
 
 @triton.jit
-def _receive_rows(g, listed, entry_epoch, info, bits, stage_local, count_local, rec_local, bases,
-                  out_ptr, out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch, tokens_max,
-                  deadline, err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
+def _receive_rows(g, part, listed, entry_epoch, info, bits, stage_local, count_local, rec_local,
+                  bases, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch,
+                  tokens_max, deadline, err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
                   L_BLOCK: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
                   HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
                   NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr,
-                  MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr):
+                  PARTS: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr,
+                  LIKE: tl.constexpr):
     """Items ``i = g * ROWS + u`` (``u < ROWS``; item ``i = s * T_max + t``: staged token ``t`` of
     source ``s``) into their receive rows, given their route entries (``_route_entries``: loaded
     ahead, the first group's with the counts). Adjacent tokens, which senders send at about the
     same time, are loaded as one tile. ``deadline`` (ns) ends every row wait of the receiver's
-    items."""
+    items. Part ``part`` of ``PARTS`` moves steps ``part, part + PARTS, ..`` of each row (several
+    receivers share a row's stores); part 0 also writes the items' rows and weights."""
     us = tl.arange(0, ROWS)
     ks = tl.arange(0, K_BLOCK)
     kmask = (ks < TOP_K)[None, :]
@@ -199,10 +201,11 @@ def _receive_rows(g, listed, entry_epoch, info, bits, stage_local, count_local, 
         at = tl.where(here, s[:, None] * L_BLOCK + (info >> 32).to(tl.int32), 0)
         base = tl.reshape(tl.gather(bases, tl.reshape(at, [ROWS * K_BLOCK]), 0), (ROWS, K_BLOCK))
         rows = tl.where(here, base + (info & 0xFFFFFFFF), -1)
-        tl.store(rows_ptr + pairs, rows, mask=valid[:, None] & kmask)
-        tl.store(pair_w_ptr + pairs, tl.where(here, weights, 0.0), mask=valid[:, None] & kmask)
-        tl.store(out_w_ptr + rows, weights, mask=here)
-        tl.store(recv_w_ptr + rows, weights, mask=here)
+        if part == 0:
+            tl.store(rows_ptr + pairs, rows, mask=valid[:, None] & kmask)
+            tl.store(pair_w_ptr + pairs, tl.where(here, weights, 0.0), mask=valid[:, None] & kmask)
+            tl.store(out_w_ptr + rows, weights, mask=here)
+            tl.store(recv_w_ptr + rows, weights, mask=here)
     needed = tl.max(rows, 1) >= 0  # [ROWS]: the token has a pair here
     if any_true(needed):
         # per block-row, computed from a range (not spread from `staged`): Triton then sees that
@@ -213,7 +216,9 @@ def _receive_rows(g, listed, entry_epoch, info, bits, stage_local, count_local, 
         live = per_block_row(needed.to(tl.int32), CB, ROWS) != 0
         t_rows = per_block_row(t, CB, ROWS)
         rec = rec_local + (slot * WORLD + s) * 2  # sp: each source's fallback record
-        for c in range(0, tl.cdiv(NB, CB)):
+        tl.static_assert((NB + CB - 1) // CB % PARTS == 0, "the parts must divide a row's steps")
+        for step in range(0, tl.cdiv(NB, CB) // PARTS):
+            c = part_step(step, part, PARTS)
             values, p_off, is_payload = take_tiles(stage_local + wire_at, c, epoch, deadline,
                                                    err_addr, sync.WAIT_TOKENS, s, t_rows, rec,
                                                    live, HIDDEN, BE, FE, NB, CB, ROWS, MODE,
@@ -227,7 +232,7 @@ def _receive_rows(g, listed, entry_epoch, info, bits, stage_local, count_local, 
             for u in tl.static_range(ROWS):
                 if lane(needed.to(tl.int32), us, u) != 0:
                     wire = stage_local + lane(staged, us, u).to(tl.int64) * (NB * BE)
-                    ck.reset_markers(wire, SENTINEL, NB, NB_BLOCK)
+                    ck.reset_markers(wire, part, SENTINEL, NB, NB_BLOCK, CB, PARTS)
 
 
 @triton.jit
@@ -260,11 +265,13 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
                   L_BLOCK: tl.constexpr,
                   TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
                   FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr,
-                  RECV_ROWS: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr,
-                  LIKE: tl.constexpr, RECORDS: tl.constexpr, REPLICATE: tl.constexpr,
-                  VERIFY: tl.constexpr, FINAL: tl.constexpr, PROFILE: tl.constexpr):
-    """Receiver ``j`` of ``n_recv``: the row bases, then staged items in groups of ``RECV_ROWS``:
-    groups ``j, j + n_recv, ..``."""
+                  RECV_ROWS: tl.constexpr, RECV_PARTS: tl.constexpr, MODE: tl.constexpr,
+                  SENTINEL: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
+                  REPLICATE: tl.constexpr, VERIFY: tl.constexpr, FINAL: tl.constexpr,
+                  PROFILE: tl.constexpr):
+    """Receiver ``j`` of ``n_recv``: the row bases, then staged items in groups of ``RECV_ROWS``,
+    part ``j % RECV_PARTS`` of each of their rows: groups ``j // RECV_PARTS``, then every
+    ``n_recv // RECV_PARTS``-th."""
     sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
     count_local = symmetric_base(count_ptrs, rank, tl.int64)
     if RECORDS:
@@ -273,9 +280,11 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
     if VERIFY:
         records.wait_verified(state_ptr, epoch, timeout_ns, err_addr, sync.WAIT_TOKENS, WORLD, W_BLOCK)
     sync.stamp(stamps_ptr, pid, 1, PROFILE)
+    part = j % RECV_PARTS
+    g = j // RECV_PARTS
     if REPLICATE:  # the first items' route entries, loaded with the counts: one round trip
         route_local = symmetric_base(route_ptrs, rank, tl.int64)
-        listed, entry_epoch, info, bits = _route_entries(j, route_local, count_local, slot,
+        listed, entry_epoch, info, bits = _route_entries(g, route_local, count_local, slot,
                                                          tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK,
                                                          RECV_ROWS, LIKE)
     if LIKE:  # rows come from the handle
@@ -289,13 +298,13 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
         # one deadline for all of this receiver's row waits: after a peer fails it gives up within
         # one timeout, not one per item group
         deadline = sync.now_ns() + timeout_ns
-        g = j
         while g * RECV_ROWS < WORLD * tokens_max:
-            _receive_rows(g, listed, entry_epoch, info, bits, stage_local, count_local, rec_local,
-                          bases, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, slot, epoch,
-                          tokens_max, deadline, err_addr, WORLD, E_LOCAL, L_BLOCK, TOP_K, K_BLOCK,
-                          HIDDEN, BE, FE, NB, NB_BLOCK, CB, RECV_ROWS, MODE, SENTINEL, LIKE)
-            g += n_recv
+            _receive_rows(g, part, listed, entry_epoch, info, bits, stage_local, count_local,
+                          rec_local, bases, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr,
+                          slot, epoch, tokens_max, deadline, err_addr, WORLD, E_LOCAL, L_BLOCK,
+                          TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB, RECV_ROWS, RECV_PARTS,
+                          MODE, SENTINEL, LIKE)
+            g += n_recv // RECV_PARTS
             listed, entry_epoch, info, bits = _route_entries(g, route_local, count_local, slot,
                                                              tokens_max, WORLD, E_LOCAL, TOP_K,
                                                              K_BLOCK, RECV_ROWS, LIKE)
@@ -315,7 +324,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
              E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, TOP_K: tl.constexpr,
              K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
              NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr,
-             RECV_ROWS: tl.constexpr, E_BLOCK: tl.constexpr,
+             RECV_ROWS: tl.constexpr, RECV_PARTS: tl.constexpr, E_BLOCK: tl.constexpr,
              CHUNK: tl.constexpr, J_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
              PREFIX: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr,
              RECORDS: tl.constexpr,
@@ -331,7 +340,8 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     ``NB_BLOCK``: ``NB`` rounded up to a power of two (the ``dc`` verifiers and ``sp``'s marker
     reset). ``ROWS`` / ``RECV_ROWS``: rows a sender / receiver moves per step (powers of two).
     ``PREFIX``: a count program whose range starts within this many pairs counts the pairs before
-    it itself (``counting``).
+    it itself (``counting``). ``RECV_PARTS``: receivers per row (1, or 2 where there are at least
+    twice as many receivers as items: each then moves one item's part, ``_receive_rows``).
 
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
     buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
@@ -386,14 +396,15 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                               recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, pid, rank, slot, epoch,
                               tokens_max, capacity, timeout_ns, err_addr, n_recv, WORLD, E_LOCAL,
                               W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB,
-                              RECV_ROWS, MODE, SENTINEL, LIKE, RECORDS, REPLICATE, VERIFY, FINAL, PROFILE)
+                              RECV_ROWS, RECV_PARTS, MODE, SENTINEL, LIKE, RECORDS, REPLICATE, VERIFY,
+                              FINAL, PROFILE)
         else:
             _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs, rec_ptrs,
                           state_ptr, stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr,
                           pair_w_ptr, tpe_ptr, pid, rank, slot, epoch, tokens_max, capacity, timeout_ns,
                           err_addr, n_recv, WORLD, E_LOCAL, W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN,
-                          BE, FE, NB, NB_BLOCK, CB, RECV_ROWS, MODE, SENTINEL, LIKE, RECORDS, REPLICATE,
-                          VERIFY, FINAL, PROFILE)
+                          BE, FE, NB, NB_BLOCK, CB, RECV_ROWS, RECV_PARTS, MODE, SENTINEL, LIKE, RECORDS,
+                          REPLICATE, VERIFY, FINAL, PROFILE)
     if FINAL:
         grid = n_count + n_send + n_recv
         if VERIFY:

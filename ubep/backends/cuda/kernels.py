@@ -30,3 +30,13 @@ def lane(vec, ks, k: tl.constexpr):
 def any_true(mask):
     """Whether any entry of a 1-D bool vector is set, as a scalar."""
     return tl.sum(mask.to(tl.int32), 0) > 0
+
+
+@triton.jit
+def part_step(step, part, PARTS: tl.constexpr):
+    """The row step that part ``part`` of ``PARTS`` programs sharing a row takes at its ``step``-th
+    (``step * PARTS + part``: the parts interleave)."""
+    if PARTS == 1:
+        return step
+    else:
+        return step * PARTS + part
