@@ -160,21 +160,23 @@ def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, co
     """Spin until the words ``base[s * row_stride + j]`` (``s < WORLD``, ``j < num_words``) all
     equal ``target`` (or are ``>= target`` with ``AT_LEAST``), then read them once more with
     acquire loads (words a wait ends on do not change until this rank moves on); a timeout is
-    reported naming the first peer ``s`` still missing. The spin itself uses relaxed loads
-    (:func:`load_sys` says why)."""
+    reported naming the first peer ``s`` still missing. The first read acquires: a wait whose words
+    are already there (the acks, mostly) ends after one round trip instead of two. The spin itself
+    uses relaxed loads (:func:`load_sys` says why)."""
     s = tl.arange(0, W_BLOCK)[:, None]
     j = tl.arange(0, N_BLOCK)[None, :]
     valid = (s < WORLD) & (j < num_words)
     ptrs = base_ptr + tl.where(valid, s * row_stride + j, 0)
-    deadline = now_ns() + timeout_ns
-    pending = _pending(load_sys(ptrs, False), target, valid, AT_LEAST)
-    while (tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0) & (now_ns() < deadline):
-        pending = _pending(load_sys(ptrs, False), target, valid, AT_LEAST)
-        deadline = still_due(deadline, err_addr)
     pending = _pending(load_sys(ptrs, True), target, valid, AT_LEAST)
     if tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0:
-        peer = tl.min(tl.min(tl.where(pending, s, W_BLOCK), 1), 0)
-        report(err_addr, code, peer, epoch)
+        deadline = now_ns() + timeout_ns
+        while (tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0) & (now_ns() < deadline):
+            pending = _pending(load_sys(ptrs, False), target, valid, AT_LEAST)
+            deadline = still_due(deadline, err_addr)
+        pending = _pending(load_sys(ptrs, True), target, valid, AT_LEAST)
+        if tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0:
+            peer = tl.min(tl.min(tl.where(pending, s, W_BLOCK), 1), 0)
+            report(err_addr, code, peer, epoch)
 
 
 @triton.jit
