@@ -100,6 +100,19 @@ def test_dispatch_compiles(mode, like, replicate):
 
 
 @pytest.mark.parametrize("mode", ["sw", "tff", "sp"])
+def test_two_receivers_per_item_cost_no_registers(mode):
+    """The padded layout's one launch of a 128-token call at W = 2 (one row per sender and
+    receiver step): two receivers per item must not make the kernel heavier, or the doubled
+    receivers would find fewer programs per SM (``backend.RECV_PARTS``)."""
+    constants = _dispatch_constants(mode, like=False, replicate=True, tokens=128,
+                                    counts_first=mode == "tff", profile=False)
+    used = [_resources(_build(dk.dispatch, POINTERS["dispatch"],
+                              dict(constants, ROWS=1, RECV_ROWS=1, RECV_PARTS=parts)).asm["cubin"])
+            for parts in (1, 2)]
+    assert used[1]["REG"] <= used[0]["REG"] and used[1]["STACK"] == 0, used
+
+
+@pytest.mark.parametrize("mode", ["sw", "tff", "sp"])
 def test_count_step_leaves_two_writers_per_sm(mode):
     """The dispatch is one kernel for all its groups, so the count step's ``[CHUNK, CHUNK]``
     comparison sets the token senders' registers too: the compact writers' launch (a 4096-token
