@@ -200,10 +200,9 @@ def _verify_role(p, v, out_bits_ptr, idx_ptr, sent_ptr, num_tokens, back_ptrs, r
     back_local = symmetric_base(back_ptrs, rank, out_bits_ptr.dtype.element_ty)
     back_local += (slot * rows_max) * (NB * BE)
     rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
-    verify.verify_returned(p, v, back_local, rec_local, state_ptr, idx_ptr, sent_ptr, num_tokens,
-                           slot, epoch, tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K,
-                           K_BLOCK, NB, NB_BLOCK, SPLIT, PARTIAL)
-    sync.stamp(stamps_ptr, pid, 1, PROFILE)
+    verify.verify_returned(p, v, back_local, rec_local, state_ptr, stamps_ptr, pid, idx_ptr, sent_ptr,
+                           num_tokens, slot, epoch, tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL,
+                           TOP_K, K_BLOCK, NB, NB_BLOCK, SPLIT, PARTIAL, PROFILE)
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
 
 

@@ -251,9 +251,8 @@ def _verify_role(s, v, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_
     route_local = symmetric_base(route_ptrs, rank, tl.int64)
     rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
     verify.verify_staged(s, v, stage_local, route_local, count_local, rows_ptr, rec_local, state_ptr,
-                         slot, epoch, tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK,
-                         BE, NB, NB_BLOCK, SPLIT, LIKE)
-    sync.stamp(stamps_ptr, pid, 1, PROFILE)
+                         stamps_ptr, pid, slot, epoch, tokens_max, timeout_ns, err_addr, WORLD,
+                         E_LOCAL, TOP_K, K_BLOCK, BE, NB, NB_BLOCK, SPLIT, LIKE, PROFILE)
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
 
 

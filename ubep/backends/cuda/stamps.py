@@ -1,14 +1,16 @@
 """Phase times measured inside the CUDA backend's kernels (``Buffer(profile=True)``).
 
 With profiling on, each program of a launch writes four ``%globaltimer`` stamps (ns): start, first
-wait over (slot acks for writers, records for readers), work done, finished; off, the kernels are
-compiled without them. Program ids map to groups in launch order: dispatch ``count, token, verify,
-receive``; combine ``send, verify, reduce`` (``verify``: ``dc`` only). Per group this gives two
-phases, ``"<op> <group>: wait"`` (the longest wait of one of its programs) and ``"<op> <group>: done
-at"`` (when its last program finished its work, from the launch's first stamp), and ``"<op>:
-kernel"`` (when the last program finished). The groups run at once, so these are points on one
-timeline, not parts of a sum. An operation that launches twice (the compact dispatch; any operation
-under an SM budget in the compact layout) names its first launch's phases ``"<op> (writers) ..."``.
+wait over (slot acks for writers, records for readers; for ``dc``'s verifiers, their first pass over
+an arrived batch, so that rounds asked for after it show before their end), work done, finished;
+off, the kernels are compiled without them. Program ids map to groups in launch order: dispatch
+``count, token, verify, receive``; combine ``send, verify, reduce`` (``verify``: ``dc`` only). Per
+group this gives two phases, ``"<op> <group>: wait"`` (the longest wait of one of its programs)
+and ``"<op> <group>: done at"`` (when its last program finished its work, from the launch's first
+stamp), and ``"<op>: kernel"`` (when the last program finished). The groups run at once, so these
+are points on one timeline, not parts of a sum. An operation that launches twice (the compact
+dispatch; any operation under an SM budget in the compact layout) names its first launch's phases
+``"<op> (writers) ..."``.
 """
 
 from __future__ import annotations

@@ -162,17 +162,38 @@ def _finish(state_ptr, err_addr, code, s, v, epoch, pending, WORLD: tl.constexpr
 
 
 @triton.jit
-def verify_staged(s, v, stage_local, route_local, count_local, rows_ptr, rec_local, state_ptr, slot,
-                  epoch, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
-                  E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
-                  BE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
-                  SPLIT: tl.constexpr, LIKE: tl.constexpr):
-    """``dc``: verifier ``v`` of source ``s``'s staged batch (module doc), bounded by the timeout."""
+def _stamp_first_pass(stamps_ptr, pid, arrived, stamped, PROFILE: tl.constexpr):
+    """With ``PROFILE``: a verifier's stamp 1 (its "wait") when it has passed over its share of an
+    arrived batch for the first time; then later passes (rounds asked for) show as the time between
+    it and the verifier's end. Returns whether it has stamped (a verifier that never saw its batch,
+    a timeout, stamps when its poll ends: :func:`_stamp_unseen`)."""
+    if (arrived != 0) & (stamped == 0):
+        sync.stamp(stamps_ptr, pid, 1, PROFILE)
+    return stamped | (arrived != 0).to(tl.int32)
+
+
+@triton.jit
+def _stamp_unseen(stamps_ptr, pid, stamped, PROFILE: tl.constexpr):
+    """With ``PROFILE``: stamp 1 of a verifier whose batch never arrived, when its poll ends."""
+    if stamped == 0:
+        sync.stamp(stamps_ptr, pid, 1, PROFILE)
+
+
+@triton.jit
+def verify_staged(s, v, stage_local, route_local, count_local, rows_ptr, rec_local, state_ptr,
+                  stamps_ptr, pid, slot, epoch, tokens_max, timeout_ns, err_addr,
+                  WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
+                  K_BLOCK: tl.constexpr, BE: tl.constexpr, NB: tl.constexpr,
+                  NB_BLOCK: tl.constexpr, SPLIT: tl.constexpr, LIKE: tl.constexpr,
+                  PROFILE: tl.constexpr):
+    """``dc``: verifier ``v`` of source ``s``'s staged batch (module doc), bounded by the timeout;
+    program ``pid`` of the launch (its stamps)."""
     deadline = sync.now_ns() + timeout_ns
     round = tl.zeros([], dtype=tl.int32)
     arrived, a, b, n = _staged_share(s, v, stage_local, route_local, count_local, rows_ptr, rec_local,
                                      slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, BE, NB,
                                      NB_BLOCK, SPLIT, LIKE)
+    stamped = _stamp_first_pass(stamps_ptr, pid, arrived, tl.zeros([], dtype=tl.int32), PROFILE)
     pending, again, round = _settle(state_ptr, rec_local, slot, s, v, epoch, round, True, arrived,
                                     a, b, n, WORLD, SPLIT)
     while pending & (sync.now_ns() < deadline):
@@ -180,25 +201,28 @@ def verify_staged(s, v, stage_local, route_local, count_local, rows_ptr, rec_loc
             arrived, a, b, n = _staged_share(s, v, stage_local, route_local, count_local, rows_ptr,
                                              rec_local, slot, epoch, tokens_max, WORLD, E_LOCAL,
                                              TOP_K, K_BLOCK, BE, NB, NB_BLOCK, SPLIT, LIKE)
+            stamped = _stamp_first_pass(stamps_ptr, pid, arrived, stamped, PROFILE)
         pending, again, round = _settle(state_ptr, rec_local, slot, s, v, epoch, round, again,
                                         arrived, a, b, n, WORLD, SPLIT)
         deadline = sync.still_due(deadline, err_addr)
+    _stamp_unseen(stamps_ptr, pid, stamped, PROFILE)
     _finish(state_ptr, err_addr, sync.WAIT_TOKENS, s, v, epoch, pending, WORLD, SPLIT)
 
 
 @triton.jit
-def verify_returned(p, v, back_local, rec_local, state_ptr, idx_ptr, sent_ptr, num_tokens, slot,
-                    epoch, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
+def verify_returned(p, v, back_local, rec_local, state_ptr, stamps_ptr, pid, idx_ptr, sent_ptr,
+                    num_tokens, slot, epoch, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
                     E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
                     NB: tl.constexpr, NB_BLOCK: tl.constexpr, SPLIT: tl.constexpr,
-                    PARTIAL: tl.constexpr):
+                    PARTIAL: tl.constexpr, PROFILE: tl.constexpr):
     """``dc``: verifier ``v`` of the rows rank ``p`` sent back (module doc), bounded by the
-    timeout."""
+    timeout; program ``pid`` of the launch (its stamps)."""
     deadline = sync.now_ns() + timeout_ns
     round = tl.zeros([], dtype=tl.int32)
     arrived, a, b, n = _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr, num_tokens,
                                        slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, NB,
                                        NB_BLOCK, SPLIT, PARTIAL)
+    stamped = _stamp_first_pass(stamps_ptr, pid, arrived, tl.zeros([], dtype=tl.int32), PROFILE)
     pending, again, round = _settle(state_ptr, rec_local, slot, p, v, epoch, round, True, arrived,
                                     a, b, n, WORLD, SPLIT)
     while pending & (sync.now_ns() < deadline):
@@ -206,7 +230,9 @@ def verify_returned(p, v, back_local, rec_local, state_ptr, idx_ptr, sent_ptr, n
             arrived, a, b, n = _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr,
                                                num_tokens, slot, epoch, tokens_max, WORLD, E_LOCAL,
                                                TOP_K, K_BLOCK, NB, NB_BLOCK, SPLIT, PARTIAL)
+            stamped = _stamp_first_pass(stamps_ptr, pid, arrived, stamped, PROFILE)
         pending, again, round = _settle(state_ptr, rec_local, slot, p, v, epoch, round, again,
                                         arrived, a, b, n, WORLD, SPLIT)
         deadline = sync.still_due(deadline, err_addr)
+    _stamp_unseen(stamps_ptr, pid, stamped, PROFILE)
     _finish(state_ptr, err_addr, sync.WAIT_ROWS, p, v, epoch, pending, WORLD, SPLIT)
