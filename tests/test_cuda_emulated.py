@@ -192,10 +192,10 @@ def test_decode_calls_have_a_count_program_per_step():
 
 def test_receivers_share_rows_of_several_steps():
     """Two programs per item (each every other step of the row) where there are two per item and
-    the row's steps divide between them; a buffer without an SM budget has two receivers per item
-    up to ``MAX_RECV``, but in ``dc``, whose combine still splits its tokens' rows where the
-    receivers outnumber them twice (``sp``'s combine never does: the backend's launch)."""
-    from ubep.backends.cuda.backend import MAX_RECV, recv_parts
+    the row's steps divide between them; a buffer without an SM budget of at most ``PARTS_ITEMS``
+    items has two receivers per item, but in ``dc``, whose combine still splits its tokens' rows
+    where the receivers outnumber them twice (``sp``'s combine never does: the backend's launch)."""
+    from ubep.backends.cuda.backend import MAX_RECV, PARTS_ITEMS, recv_parts
 
     # W = 1, 128 tokens of 7168 bf16 (112 blocks, 64 a step); EP2's 256 items; 3 steps; 1 step
     assert recv_parts(MAX_RECV, 128, 112, 64) == 2 and recv_parts(MAX_RECV, 256, 112, 64) == 1
@@ -206,6 +206,9 @@ def test_receivers_share_rows_of_several_steps():
         backend = emulated_backends(case)[0]
         assert backend.receivers == receivers
         assert recv_parts(backend.receivers, 3, 65, 64) == 2  # the combine of 3 tokens
+    over = Case(tokens=(40, 33), hidden=2080, num_experts=4, top_k=2, dtype="fp32",
+                layout="padded", sync="sw")
+    assert emulated_backends(over)[0].receivers == 80 > PARTS_ITEMS  # one per item
     wide = Case(tokens=(200, 200), hidden=2080, num_experts=4, top_k=2, dtype="fp32", sync="sw")
     assert emulated_backends(wide)[0].receivers == MAX_RECV
 

@@ -52,6 +52,9 @@ PHASES = {
 WAIT_COUNTS, WAIT_TOKENS, WAIT_DISPATCH_SLOT, WAIT_ROWS, WAIT_COMBINE_SLOT = (
     tl.constexpr(code) for code in PHASES)
 _MAX_PROGRAMS = tl.constexpr(MAX_PROGRAMS)
+# A poll's tile has at least this many elements, one per thread of a program (backend.NUM_WARPS
+# warps of 32), so that no two threads load the same word (_poll).
+POLL_THREADS = tl.constexpr(256)
 GIVE_UP_POLLS = tl.constexpr(1024)  # polls between a wait's looks at the halted word (a power of 2)
 
 
@@ -154,6 +157,26 @@ def _pending(words, target, valid, AT_LEAST: tl.constexpr):
 
 
 @triton.jit
+def _poll(ptrs, W_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr):
+    """The words at ``ptrs [W_BLOCK, N_BLOCK]``, each loaded by one thread of the program with a
+    relaxed system-scope (volatile) load and summed into the others' zeros (:func:`load_sys` says
+    why a spin does not acquire). Hundreds of programs poll one record word at once: a load from
+    each of a program's warps queued eight times the requests at that word's L2 slice and held
+    back the release that ended the wait (W = 1, 128 tokens, 256 receivers: the record reached them
+    2.6 µs later than with 128 receivers; BENCHMARKS.md, session 26)."""
+    LANES: tl.constexpr = POLL_THREADS // (W_BLOCK * N_BLOCK) if W_BLOCK * N_BLOCK < POLL_THREADS else 1
+    lane = tl.arange(0, LANES)[None, None, :]
+    words = tl.load(ptrs[:, :, None] + lane * 0, mask=lane == 0, other=0, volatile=True)
+    return tl.sum(words, 2)
+
+
+@triton.jit
+def _count(pending):
+    """How many of a ``[W_BLOCK, N_BLOCK]`` wait's words are still pending."""
+    return tl.sum(tl.sum(pending.to(tl.int32), 1), 0)
+
+
+@triton.jit
 def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, code, epoch,
                WORLD: tl.constexpr, W_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
                AT_LEAST: tl.constexpr):
@@ -162,19 +185,21 @@ def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, co
     acquire loads (words a wait ends on do not change until this rank moves on); a timeout is
     reported naming the first peer ``s`` still missing. The first read acquires: a wait whose words
     are already there (the acks, mostly) ends after one round trip instead of two. The spin itself
-    uses relaxed loads (:func:`load_sys` says why)."""
+    reads each word in one thread only (:func:`_poll`)."""
     s = tl.arange(0, W_BLOCK)[:, None]
     j = tl.arange(0, N_BLOCK)[None, :]
     valid = (s < WORLD) & (j < num_words)
     ptrs = base_ptr + tl.where(valid, s * row_stride + j, 0)
-    pending = _pending(load_sys(ptrs, True), target, valid, AT_LEAST)
-    if tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0:
+    missing = _count(_pending(load_sys(ptrs, True), target, valid, AT_LEAST))
+    if missing > 0:
         deadline = now_ns() + timeout_ns
-        while (tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0) & (now_ns() < deadline):
-            pending = _pending(load_sys(ptrs, False), target, valid, AT_LEAST)
+        # the loop carries a count, not the tile: a tile whose layout changes between the first
+        # read and the polls stops Triton's layout pass
+        while (missing > 0) & (now_ns() < deadline):
+            missing = _count(_pending(_poll(ptrs, W_BLOCK, N_BLOCK), target, valid, AT_LEAST))
             deadline = still_due(deadline, err_addr)
         pending = _pending(load_sys(ptrs, True), target, valid, AT_LEAST)
-        if tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0:
+        if _count(pending) > 0:
             peer = tl.min(tl.min(tl.where(pending, s, W_BLOCK), 1), 0)
             report(err_addr, code, peer, epoch)
 
