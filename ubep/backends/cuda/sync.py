@@ -53,7 +53,7 @@ WAIT_COUNTS, WAIT_TOKENS, WAIT_DISPATCH_SLOT, WAIT_ROWS, WAIT_COMBINE_SLOT = (
     tl.constexpr(code) for code in PHASES)
 _MAX_PROGRAMS = tl.constexpr(MAX_PROGRAMS)
 # A poll's tile has at least this many elements, one per thread of a program (backend.NUM_WARPS
-# warps of 32), so that no two threads load the same word (_poll).
+# warps of 32), so that no two threads load the same word (_missing_polled).
 POLL_THREADS = tl.constexpr(256)
 GIVE_UP_POLLS = tl.constexpr(1024)  # polls between a wait's looks at the halted word (a power of 2)
 
@@ -157,17 +157,20 @@ def _pending(words, target, valid, AT_LEAST: tl.constexpr):
 
 
 @triton.jit
-def _poll(ptrs, W_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr):
-    """The words at ``ptrs [W_BLOCK, N_BLOCK]``, each loaded by one thread of the program with a
-    relaxed system-scope (volatile) load and summed into the others' zeros (:func:`load_sys` says
-    why a spin does not acquire). Hundreds of programs poll one record word at once: a load from
-    each of a program's warps queued eight times the requests at that word's L2 slice and held
-    back the release that ended the wait (W = 1, 128 tokens, 256 receivers: the record reached them
-    2.6 µs later than with 128 receivers; BENCHMARKS.md, session 26)."""
-    LANES: tl.constexpr = POLL_THREADS // (W_BLOCK * N_BLOCK) if W_BLOCK * N_BLOCK < POLL_THREADS else 1
+def _missing_polled(ptrs, target, valid, W_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
+                    AT_LEAST: tl.constexpr):
+    """How many of the ``valid`` words at ``ptrs [W_BLOCK, N_BLOCK]`` are still pending, each word
+    loaded by one thread of the program with a relaxed system-scope (volatile) load (:func:`load_sys`
+    says why a spin does not acquire). Hundreds of programs poll one record word at once: a load
+    from each of a program's warps queued eight times the requests at that word's L2 slice and held
+    back the release that ended the wait (W = 1, 128 tokens: 256 receivers saw the record 2.6 µs
+    later than 128 did; BENCHMARKS.md, session 26)."""
+    WORDS: tl.constexpr = W_BLOCK * N_BLOCK
+    LANES: tl.constexpr = POLL_THREADS // WORDS if WORDS < POLL_THREADS else 1
     lane = tl.arange(0, LANES)[None, None, :]
-    words = tl.load(ptrs[:, :, None] + lane * 0, mask=lane == 0, other=0, volatile=True)
-    return tl.sum(words, 2)
+    mine = valid[:, :, None] & (lane == 0)
+    words = tl.load(ptrs[:, :, None] + lane * 0, mask=mine, other=0, volatile=True)
+    return tl.sum(tl.sum(tl.sum(_pending(words, target, mine, AT_LEAST).to(tl.int32), 2), 1), 0)
 
 
 @triton.jit
@@ -185,7 +188,7 @@ def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, co
     acquire loads (words a wait ends on do not change until this rank moves on); a timeout is
     reported naming the first peer ``s`` still missing. The first read acquires: a wait whose words
     are already there (the acks, mostly) ends after one round trip instead of two. The spin itself
-    reads each word in one thread only (:func:`_poll`)."""
+    reads each word in one thread only (:func:`_missing_polled`)."""
     s = tl.arange(0, W_BLOCK)[:, None]
     j = tl.arange(0, N_BLOCK)[None, :]
     valid = (s < WORLD) & (j < num_words)
@@ -196,7 +199,7 @@ def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, co
         # the loop carries a count, not the tile: a tile whose layout changes between the first
         # read and the polls stops Triton's layout pass
         while (missing > 0) & (now_ns() < deadline):
-            missing = _count(_pending(_poll(ptrs, W_BLOCK, N_BLOCK), target, valid, AT_LEAST))
+            missing = _missing_polled(ptrs, target, valid, W_BLOCK, N_BLOCK, AT_LEAST)
             deadline = still_due(deadline, err_addr)
         pending = _pending(load_sys(ptrs, True), target, valid, AT_LEAST)
         if _count(pending) > 0:
