@@ -26,7 +26,9 @@ from ubep.backends.cuda.backend import (  # noqa: E402
     reduce_step_blocks,
     row_meta,
     step_rows,
+    verify_step,
 )
+from ubep.backends.cuda.verify import RETURNED_ROWS, STAGED_TOKENS  # noqa: E402
 
 MODES = list(wire.MODE_CODES)
 
@@ -86,6 +88,7 @@ def _dispatch_constants(mode, *, like, replicate, tokens, counts_first, profile)
             "E_BLOCK": 256, "CHUNK": COUNT_STEP, "J_BLOCK": 16, "N_BLOCK": 256, "PREFIX": 2048,
             **_mode(mode, torch.bfloat16), "LIKE": like, "RECORDS": (not like) or mode == "sw",
             "REPLICATE": replicate, "VERIFY": replicate and mode == "dc", "SPLIT": 8,
+            "VERIFY_STEP": verify_step(tokens, 8, STAGED_TOKENS),
             "FINAL": replicate, "PROFILE": profile, "COUNTS_FIRST": counts_first, **meta,
             "ROWS": step_rows(meta), "RECV_ROWS": step_rows(meta), "RECV_PARTS": 2}
 
@@ -137,6 +140,7 @@ def test_combine_compiles(mode, partial, gather):
                  **_mode(mode, torch.bfloat16),
                  "PARTIAL": partial, "WEIGHTED": partial, "SUM_WEIGHTED": not partial and not gather,
                  "GATHER": gather, "VERIFY": mode == "dc", "SPLIT": 8, "FINAL": not gather,
+                 "VERIFY_STEP": RETURNED_ROWS if partial else RETURNED_ROWS // 8,
                  "PROFILE": partial,
                  **rows, "ROWS": min(8, step_rows(rows)), "R_BLOCK": 8,
                  "RCB": reduce_step_blocks(rows, 8), "RECV_PARTS": 1 if gather else 2}
@@ -165,6 +169,7 @@ def test_combine_fits_its_register_budget(mode):
     constants = {"WORLD": 2, "W_BLOCK": 2, "E_LOCAL": 128, "TOP_K": 8, "K_BLOCK": 8,
                  **_mode(mode, torch.bfloat16), "PARTIAL": False, "WEIGHTED": False,
                  "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": mode == "dc", "SPLIT": 8, "FINAL": True,
+                 "VERIFY_STEP": RETURNED_ROWS // 8,
                  "PROFILE": False, **rows, "ROWS": min(8, step_rows(rows)), "R_BLOCK": 8,
                  "RCB": reduce_step_blocks(rows, 8), "RECV_PARTS": 1}
     budget = COMBINE_REGISTERS[mode]
@@ -201,12 +206,14 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
     dispatch = {"WORLD": 2, "E_LOCAL": 4, "W_BLOCK": 2, "L_BLOCK": 4, "TOP_K": 2, "K_BLOCK": 2,
                 "E_BLOCK": 8, "CHUNK": 128, "J_BLOCK": 512, "N_BLOCK": 256, "PREFIX": 2048,
                 **_mode(mode, torch.bfloat16), "LIKE": False, "RECORDS": True,
-                "REPLICATE": True, "VERIFY": False, "SPLIT": 1, "FINAL": True, "PROFILE": False,
+                "REPLICATE": True, "VERIFY": False, "SPLIT": 1, "VERIFY_STEP": 1, "FINAL": True,
+                "PROFILE": False,
                 "COUNTS_FIRST": mode == "tff",
                 "RECV_PARTS": recv_parts(2, 1, rows["NB"], rows["CB"]), **rows}
     combine = {"WORLD": 1, "W_BLOCK": 1, "E_LOCAL": 8, "TOP_K": 1, "K_BLOCK": 2,
                **_mode(mode, torch.bfloat16), "PARTIAL": False, "WEIGHTED": False,
-               "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": False, "SPLIT": 1, "FINAL": True,
+               "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": False, "SPLIT": 1, "VERIFY_STEP": 1,
+               "FINAL": True,
                "PROFILE": False, **rows, "ROWS": min(2, step_rows(rows)), "R_BLOCK": 8,
                "RCB": reduce_step_blocks(rows, 8),
                "RECV_PARTS": recv_parts(2, 1, rows["NB"], reduce_step_blocks(rows, 8))}

@@ -35,7 +35,8 @@ CASES = [
          maxvio=1.0, seed=2, sync="dc"),
     Case(tokens=(6, 2), hidden=136, num_experts=4, top_k=2, dtype="fp32", layout="padded",
          sync="dc", drop=0.25, seed=3),
-    # dc batches that take a verifier several steps (16 tokens, or 32 returned rows, a step)
+    # dc batches that take a verifier several steps (steps of 2 tokens: rank 1's 8 verifiers per
+    # source check rank 0's 37 staged tokens)
     Case(tokens=(37, 20), hidden=16, num_experts=4, top_k=2, dtype="fp32", sync="dc", seed=8),
     Case(tokens=(5, 3), hidden=24, num_experts=8, top_k=2, dtype="fp32", sync="sp", drop=0.25),
     Case(tokens=(4, 0, 6), hidden=136, num_experts=6, top_k=3, dtype="fp16", layout="padded",
@@ -135,6 +136,18 @@ def test_dc_verifiers_follow_the_call_size():
     backend = emulated_backends(case)[0]
     assert backend.verifiers == 64 and backend._verifiers(32) == 16
     assert backend._workers(4096).split(2) == 32 and backend._combine_workers(20).split(2) == 8
+
+
+def test_dc_shares_give_every_verifier_rows():
+    """A verifier's share moves in steps of the largest power of two (up to the most a step holds)
+    that still leaves each of a source's verifiers a step: at 128 tokens and 64 verifiers, 2 tokens
+    (was 16 staged: 8 of 64 verifiers had rows); a 4096-token call keeps whole steps."""
+    from ubep.backends.cuda.backend import verify_step
+
+    assert [verify_step(t, 64, 16) for t in (0, 1, 63, 64, 128, 200, 1024, 4096)] == \
+        [1, 1, 1, 1, 2, 2, 16, 16]
+    assert verify_step(128, 64, 4) == 2 and verify_step(4096, 32, 4) == 4
+    assert verify_step(100, 8, 32) == 8 and verify_step(3, 16, 32) == 1
 
 
 @pytest.mark.parametrize("layout", ["compact", "padded"])

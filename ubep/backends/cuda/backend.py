@@ -29,6 +29,7 @@ from ubep.backends.cuda import dispatch_kernels as dk
 from ubep.backends.cuda.launcher import Constants, Launcher
 from ubep.backends.cuda.stamps import LaunchStamps
 from ubep.backends.cuda.symm import SymmetricBuffer, enable_for
+from ubep.backends.cuda.verify import RETURNED_ROWS, STAGED_TOKENS
 from ubep.config import EPConfig
 from ubep.topology import flat
 from ubep.tuning import DispatchShape, SplitCache, h200
@@ -162,6 +163,14 @@ def verify_split(world: int, num_sms: int | None, num_tokens: int) -> int:
         programs = min(programs, num_sms // 4)
     per_source = max(1, programs // world)
     return 1 << (per_source.bit_length() - 1)
+
+
+def verify_step(num_tokens: int, split: int, most: int) -> int:
+    """``dc``: tokens per step of a verifier's share of a ``num_tokens``-token batch (``verify``):
+    the largest power of two up to ``most`` that still gives each of a source's ``split`` verifiers
+    a step (a pass over a share of rows is slow, and the verifiers without rows wait for it)."""
+    per = max(1, num_tokens // split)
+    return min(most, 1 << (per.bit_length() - 1))
 
 
 def pow2_at_least(n: int) -> int:
@@ -421,10 +430,11 @@ class CudaBackend(Backend):
         cfg = self.config
         num_tokens = x_bits.shape[0]
         meta = row_meta(cfg.sync, cfg.hidden, cfg.dtype.itemsize, num_tokens)
+        split = workers.split(cfg.world_size)
+        step = verify_step(num_tokens, split, STAGED_TOKENS) if workers.verify else 1
         # row_meta keeps one dict per row geometry: its identity stands for the geometry
-        key = ("dispatch", id(meta), like, replicate, final, workers.verify > 0,
-               workers.split(cfg.world_size), self.timer.enabled,
-               self._count_step(), self.prefix_pairs,
+        key = ("dispatch", id(meta), like, replicate, final, workers.verify > 0, split, step,
+               self.timer.enabled, self._count_step(), self.prefix_pairs,
                cfg.sync == "tff" and not like and num_tokens <= COUNTS_FIRST_TOKENS,
                step_rows(meta) if num_tokens > workers.send > 0 else 1,
                step_rows(meta) if self.receive_items > workers.recv > 0 else 1, workers.recv)
@@ -439,8 +449,9 @@ class CudaBackend(Backend):
             out_bits, out_w, recv_w, rows, pair_w, tpe, self.timeout_ns, workers.count, workers.send,
             workers.recv, writers, constants=constants)
 
-    def _dispatch_constants(self, meta: dict, like, replicate, final, verify, split, profile, chunk,
-                            prefix, counts_first, rows, recv_rows, recv) -> Constants:
+    def _dispatch_constants(self, meta: dict, like, replicate, final, verify, split, verify_tokens,
+                            profile, chunk, prefix, counts_first, rows, recv_rows,
+                            recv) -> Constants:
         """The dispatch kernel's compile-time constants for one launch variant (``_dispatch_launch``
         builds each once per buffer)."""
         cfg = self.config
@@ -451,8 +462,8 @@ class CudaBackend(Backend):
             E_BLOCK=self.e_block, CHUNK=chunk, PREFIX=prefix, J_BLOCK=max(1, 4096 // self.e_block),
             N_BLOCK=MAX_COUNT, MODE=self.mode, SENTINEL=self.sentinel, LIKE=like,
             RECORDS=(not like) or cfg.sync == "sw", REPLICATE=replicate, VERIFY=verify, SPLIT=split,
-            FINAL=final, PROFILE=profile, COUNTS_FIRST=counts_first, ROWS=rows, RECV_ROWS=recv_rows,
-            RECV_PARTS=parts, **meta)
+            VERIFY_STEP=verify_tokens, FINAL=final, PROFILE=profile, COUNTS_FIRST=counts_first,
+            ROWS=rows, RECV_ROWS=recv_rows, RECV_PARTS=parts, **meta)
 
     def _combine_launches(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
                           weighted: bool, gather: bool):
@@ -475,8 +486,12 @@ class CudaBackend(Backend):
         meta = row_meta(cfg.sync, rows_RF.shape[1], elem, num_tokens)
         # sp's reducers take whole tokens (RECV_PARTS)
         shared = cfg.sync != "sp" and workers.recv >= RECV_PARTS * num_tokens
-        key = ("combine", id(meta), partial, weighted, gather, workers.verify > 0,
-               workers.split(cfg.world_size), final, self.timer.enabled, shared)
+        split = workers.split(cfg.world_size)
+        # a returned-rows step: tokens of one partial sum each, or of K_BLOCK pair rows each
+        most = RETURNED_ROWS if partial else RETURNED_ROWS // self.k_block
+        step = verify_step(num_tokens, split, most) if workers.verify else 1
+        key = ("combine", id(meta), partial, weighted, gather, workers.verify > 0, split, step,
+               final, self.timer.enabled, shared)
         constants = self._constants.get(key)
         if constants is None:
             constants = self._constants[key] = self._combine_constants(meta, *key[2:])
@@ -486,8 +501,8 @@ class CudaBackend(Backend):
             self._stamps("combine", (workers.send, workers.verify, workers.recv), final), y,
             self.timeout_ns, workers.send, workers.recv, constants=constants)
 
-    def _combine_constants(self, meta: dict, partial, weighted, gather, verify, split, final,
-                           profile, shared) -> Constants:
+    def _combine_constants(self, meta: dict, partial, weighted, gather, verify, split,
+                           verify_tokens, final, profile, shared) -> Constants:
         """The combine kernel's compile-time constants for one launch variant; ``shared``: there are
         ``RECV_PARTS`` reducers per token."""
         cfg = self.config
@@ -500,8 +515,9 @@ class CudaBackend(Backend):
             E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,
             SENTINEL=self.sentinel, PARTIAL=partial, WEIGHTED=weighted and partial,
             SUM_WEIGHTED=weighted and not partial, GATHER=gather, VERIFY=verify, SPLIT=split,
-            FINAL=final, PROFILE=profile, ROWS=min(self.k_block, step_rows(meta)), R_BLOCK=r_block,
-            RCB=rcb, RECV_PARTS=parts, **meta)
+            VERIFY_STEP=verify_tokens, FINAL=final, PROFILE=profile,
+            ROWS=min(self.k_block, step_rows(meta)), R_BLOCK=r_block, RCB=rcb, RECV_PARTS=parts,
+            **meta)
 
     # -- dispatch ---------------------------------------------------------------------------------
     # Each operation is a generator of launches. On a GPU they run back to back (`_finish`), the

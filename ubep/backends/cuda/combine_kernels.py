@@ -195,14 +195,16 @@ def _verify_role(p, v, out_bits_ptr, idx_ptr, sent_ptr, num_tokens, back_ptrs, r
                  stamps_ptr, pid, rank, slot, epoch, tokens_max, rows_max, timeout_ns, err_addr,
                  WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
                  K_BLOCK: tl.constexpr, BE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
-                 SPLIT: tl.constexpr, PARTIAL: tl.constexpr, PROFILE: tl.constexpr):
-    """``dc``: verifier ``v`` (of ``SPLIT``) of the rows rank ``p`` sent back (``verify``)."""
+                 SPLIT: tl.constexpr, STEP: tl.constexpr, PARTIAL: tl.constexpr,
+                 PROFILE: tl.constexpr):
+    """``dc``: verifier ``v`` (of ``SPLIT``) of the rows rank ``p`` sent back (``verify``),
+    ``STEP`` tokens a step."""
     back_local = symmetric_base(back_ptrs, rank, out_bits_ptr.dtype.element_ty)
     back_local += (slot * rows_max) * (NB * BE)
     rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
     verify.verify_returned(p, v, back_local, rec_local, state_ptr, stamps_ptr, pid, idx_ptr, sent_ptr,
                            num_tokens, slot, epoch, tokens_max, timeout_ns, err_addr, WORLD, E_LOCAL,
-                           TOP_K, K_BLOCK, NB, NB_BLOCK, SPLIT, PARTIAL, PROFILE)
+                           TOP_K, K_BLOCK, NB, NB_BLOCK, SPLIT, STEP, PARTIAL, PROFILE)
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
 
 
@@ -253,10 +255,11 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
             RCB: tl.constexpr, RECV_PARTS: tl.constexpr, MODE: tl.constexpr,
             SENTINEL: tl.constexpr, PARTIAL: tl.constexpr,
             WEIGHTED: tl.constexpr, SUM_WEIGHTED: tl.constexpr,
-            GATHER: tl.constexpr, VERIFY: tl.constexpr, SPLIT: tl.constexpr, FINAL: tl.constexpr,
-            PROFILE: tl.constexpr):
+            GATHER: tl.constexpr, VERIFY: tl.constexpr, SPLIT: tl.constexpr,
+            VERIFY_STEP: tl.constexpr, FINAL: tl.constexpr, PROFILE: tl.constexpr):
     """One combine (see the module doc): programs ``[0, n_send)`` send, then (``VERIFY``, ``dc``
-    only) ``SPLIT`` verify per rank, then ``n_recv`` reduce; ``FINAL``: this launch ends the call
+    only) ``SPLIT`` verify per rank (``VERIFY_STEP`` tokens a step of a share), then ``n_recv``
+    reduce; ``FINAL``: this launch ends the call
     (a combine may run as a send launch, then a reduce launch). ``ROWS``: pairs' rows a
     ``reduce="source"`` sender moves per step (a power of two, at most ``K_BLOCK``). ``R_BLOCK``: a
     token's rows a reducer takes at once (a power of two, ``>= W`` with ``PARTIAL``, else ``>=
@@ -304,7 +307,7 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
                 _verify_role(j // SPLIT, j % SPLIT, out_bits_ptr, idx_ptr, sent_ptr, num_tokens,
                              back_ptrs, rec_ptrs, state_ptr, stamps_ptr, pid, rank, slot, epoch,
                              tokens_max, rows_max, timeout_ns, err_addr, WORLD, E_LOCAL, TOP_K, K_BLOCK,
-                             BE, NB, NB_BLOCK, SPLIT, PARTIAL, PROFILE)
+                             BE, NB, NB_BLOCK, SPLIT, VERIFY_STEP, PARTIAL, PROFILE)
             else:
                 _reduce_role(j - WORLD * SPLIT, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens,
                              back_ptrs, sig_ptrs, ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid,

@@ -240,9 +240,10 @@ def _verify_role(s, v, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_
                  rows_ptr, pid, rank, slot, epoch, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
                  W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
                  K_BLOCK: tl.constexpr, BE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
-                 SPLIT: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
-                 PROFILE: tl.constexpr):
-    """``dc``: verifier ``v`` (of ``SPLIT``) of source ``s``'s staged batch (``verify``)."""
+                 SPLIT: tl.constexpr, STEP: tl.constexpr, LIKE: tl.constexpr,
+                 RECORDS: tl.constexpr, PROFILE: tl.constexpr):
+    """``dc``: verifier ``v`` (of ``SPLIT``) of source ``s``'s staged batch (``verify``), ``STEP``
+    tokens a step."""
     count_local = symmetric_base(count_ptrs, rank, tl.int64)
     if RECORDS:  # the route entries and counts say which rows were sent
         sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
@@ -252,7 +253,7 @@ def _verify_role(s, v, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_
     rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
     verify.verify_staged(s, v, stage_local, route_local, count_local, rows_ptr, rec_local, state_ptr,
                          stamps_ptr, pid, slot, epoch, tokens_max, timeout_ns, err_addr, WORLD,
-                         E_LOCAL, TOP_K, K_BLOCK, BE, NB, NB_BLOCK, SPLIT, LIKE, PROFILE)
+                         E_LOCAL, TOP_K, K_BLOCK, BE, NB, NB_BLOCK, SPLIT, STEP, LIKE, PROFILE)
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
 
 
@@ -327,13 +328,15 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
              CHUNK: tl.constexpr, J_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
              PREFIX: tl.constexpr, MODE: tl.constexpr, SENTINEL: tl.constexpr, LIKE: tl.constexpr,
              RECORDS: tl.constexpr,
-             REPLICATE: tl.constexpr, VERIFY: tl.constexpr, SPLIT: tl.constexpr, FINAL: tl.constexpr,
-             COUNTS_FIRST: tl.constexpr, PROFILE: tl.constexpr):
+             REPLICATE: tl.constexpr, VERIFY: tl.constexpr, SPLIT: tl.constexpr,
+             VERIFY_STEP: tl.constexpr, FINAL: tl.constexpr, COUNTS_FIRST: tl.constexpr,
+             PROFILE: tl.constexpr):
     """One launch of a dispatch (see the module doc); program roles by id: ``[0, n_count)`` count,
-    then ``n_send`` token senders, then (``VERIFY``, ``dc`` only) ``SPLIT`` verifiers per source,
-    then ``n_recv`` receivers. The first ``n_writers`` programs (the count group, plus the senders
-    in ``sw``) publish the record; receivers wait for it if ``RECORDS``. In ``dc`` / ``sp`` the
-    senders also keep the batch records (``records``); ``SENTINEL`` is ``sp``'s marker word.
+    then ``n_send`` token senders, then (``VERIFY``, ``dc`` only) ``SPLIT`` verifiers per source
+    (``VERIFY_STEP`` staged tokens a step of a share), then ``n_recv`` receivers. The first
+    ``n_writers`` programs (the count group, plus the senders in ``sw``) publish the record;
+    receivers wait for it if ``RECORDS``. In ``dc`` / ``sp`` the senders also keep the batch records
+    (``records``); ``SENTINEL`` is ``sp``'s marker word.
     ``FINAL``: this launch ends the call (receivers ack, the epoch advances). ``COUNTS_FIRST``
     (``tff`` only): senders start once this rank's record is out, so the counts lead the tokens.
     ``NB_BLOCK``: ``NB`` rounded up to a power of two (the ``dc`` verifiers and ``sp``'s marker
@@ -388,7 +391,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                 _verify_role(j // SPLIT, j % SPLIT, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs,
                              rec_ptrs, state_ptr, stamps_ptr, rows_ptr, pid, rank, slot, epoch,
                              tokens_max, timeout_ns, err_addr, WORLD, W_BLOCK, E_LOCAL, TOP_K, K_BLOCK,
-                             BE, NB, NB_BLOCK, SPLIT, LIKE, RECORDS, PROFILE)
+                             BE, NB, NB_BLOCK, SPLIT, VERIFY_STEP, LIKE, RECORDS, PROFILE)
             else:
                 _receive_role(j - WORLD * SPLIT, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs,
                               ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, out_ptr, out_w_ptr,

@@ -2,7 +2,8 @@
 
 A ``dc`` batch arrives all at once: ``SPLIT`` verifiers per source ``s`` recompute the checksum lanes
 over the markers this rank holds from ``s`` (``checksum.wire_lanes``), each over its share of the
-rows (every ``SPLIT``-th step of ``T_CHUNK`` tokens or ``RETURNED_ROWS`` rows), and poll until
+rows (every ``SPLIT``-th step of ``STEP`` tokens: at most ``STAGED_TOKENS``, or ``RETURNED_ROWS``
+rows; fewer where that gives every verifier a step, ``backend.verify_step``), and poll until
 the lanes of all shares together match ``s``'s record; then ``s`` is marked verified
 (``records``), and every receiver waits for all sources before it copies. One program reading
 every marker of a large batch would bound the call (a 32-byte sector per 128-byte block).
@@ -39,21 +40,26 @@ import triton.language as tl
 from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda import records, sync
 
-T_CHUNK = tl.constexpr(16)  # tokens one step of a staged-rows check reads
-# Rows one step of a returned-rows check reads. In the combine kernel (W = 2, top-8, 7168 bf16,
-# ptxas for sm_90): 32 keep it at 196 registers and no stack, 64 take it to 245, 128 to 255 and
-# 1.7 KiB of stack per thread (BENCHMARKS.md, "Kernel resources").
-RETURNED_ROWS = tl.constexpr(32)
+# Steps of a verifier's share, at most: STAGED_TOKENS tokens of a staged-rows check, RETURNED_ROWS
+# rows of a returned-rows one; smaller where that gives every verifier a step (backend.verify_step):
+# a pass over a share of rows is slow (128 tokens: 16 staged rows took 3-4 µs, 32 returned rows
+# 10 µs, while the verifiers without rows waited; BENCHMARKS.md, session 26). 32 returned rows keep
+# the combine kernel at 196 registers and no stack, 64 take it to 245, 128 to 255 and 1.7 KiB of
+# stack per thread (W = 2, top-8, 7168 bf16, ptxas for sm_90; BENCHMARKS.md, "Kernel resources").
+STAGED_TOKENS = 16
+RETURNED_ROWS = 32
 
 
 @triton.jit
 def _staged_share(s, v, stage_local, route_local, count_local, rows_ptr, rec_local, slot, epoch,
                   tokens_max, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
                   K_BLOCK: tl.constexpr, BE: tl.constexpr, NB: tl.constexpr,
-                  NB_BLOCK: tl.constexpr, SPLIT: tl.constexpr, LIKE: tl.constexpr):
+                  NB_BLOCK: tl.constexpr, SPLIT: tl.constexpr, STEP: tl.constexpr,
+                  LIKE: tl.constexpr):
     """``(arrived, lane A, lane B, blocks)`` over share ``v`` of the markers staged from source
-    ``s`` (no rows read before ``s``'s record has ``arrived``). Staged row ``t`` was sent here when
-    one of its pairs is (route entries of this call, or the handle's rows)."""
+    ``s`` (no rows read before ``s``'s record has ``arrived``), ``STEP`` tokens a step. Staged row
+    ``t`` was sent here when one of its pairs is (route entries of this call, or the handle's
+    rows)."""
     wire = stage_local + ((slot * WORLD + s) * tokens_max).to(tl.int64) * (NB * BE)
     ks = tl.arange(0, K_BLOCK)[None, :]
     if LIKE:
@@ -65,9 +71,9 @@ def _staged_share(s, v, stage_local, route_local, count_local, rows_ptr, rec_loc
     lane_a = tl.zeros([], dtype=tl.uint32)
     lane_b = tl.zeros([], dtype=tl.uint32)
     blocks = tl.zeros([], dtype=tl.int32)
-    start = v * T_CHUNK
+    start = v * STEP
     while start < num:  # while, not range: runtime bounds (also for Triton's interpreter)
-        t = start + tl.arange(0, T_CHUNK)
+        t = start + tl.arange(0, STEP)
         valid = (t[:, None] < num) & (ks < TOP_K)
         if LIKE:
             pairs = tl.load(rows_ptr + (s * tokens_max + t[:, None]) * TOP_K + ks, mask=valid, other=-1)
@@ -80,7 +86,7 @@ def _staged_share(s, v, stage_local, route_local, count_local, rows_ptr, rec_loc
         lane_a += a
         lane_b += b
         blocks += n
-        start += SPLIT * T_CHUNK
+        start += SPLIT * STEP
     return arrived, lane_a, lane_b, blocks
 
 
@@ -88,12 +94,11 @@ def _staged_share(s, v, stage_local, route_local, count_local, rows_ptr, rec_loc
 def _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr, num_tokens, slot, epoch,
                     tokens_max, WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
                     K_BLOCK: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr,
-                    SPLIT: tl.constexpr, PARTIAL: tl.constexpr):
+                    SPLIT: tl.constexpr, STEP: tl.constexpr, PARTIAL: tl.constexpr):
     """``(arrived, lane A, lane B, blocks)`` over share ``v`` of the markers held from rank ``p``
     (no rows read before ``p``'s record has ``arrived``). ``p`` sent row ``p * T_max + t`` for each
     token ``t`` that went to it (``PARTIAL``), else row ``t * K + k`` for each pair ``k`` of token
-    ``t`` on one of its experts. ``RETURNED_ROWS`` rows per step, every ``SPLIT``-th step."""
-    STEP: tl.constexpr = RETURNED_ROWS if PARTIAL else RETURNED_ROWS // K_BLOCK  # K_BLOCK <= 16
+    ``t`` on one of its experts. ``STEP`` tokens per step, every ``SPLIT``-th step."""
     lane_a = tl.zeros([], dtype=tl.uint32)
     lane_b = tl.zeros([], dtype=tl.uint32)
     blocks = tl.zeros([], dtype=tl.int32)
@@ -184,15 +189,15 @@ def verify_staged(s, v, stage_local, route_local, count_local, rows_ptr, rec_loc
                   stamps_ptr, pid, slot, epoch, tokens_max, timeout_ns, err_addr,
                   WORLD: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr,
                   K_BLOCK: tl.constexpr, BE: tl.constexpr, NB: tl.constexpr,
-                  NB_BLOCK: tl.constexpr, SPLIT: tl.constexpr, LIKE: tl.constexpr,
-                  PROFILE: tl.constexpr):
+                  NB_BLOCK: tl.constexpr, SPLIT: tl.constexpr, STEP: tl.constexpr,
+                  LIKE: tl.constexpr, PROFILE: tl.constexpr):
     """``dc``: verifier ``v`` of source ``s``'s staged batch (module doc), bounded by the timeout;
     program ``pid`` of the launch (its stamps)."""
     deadline = sync.now_ns() + timeout_ns
     round = tl.zeros([], dtype=tl.int32)
     arrived, a, b, n = _staged_share(s, v, stage_local, route_local, count_local, rows_ptr, rec_local,
                                      slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, BE, NB,
-                                     NB_BLOCK, SPLIT, LIKE)
+                                     NB_BLOCK, SPLIT, STEP, LIKE)
     stamped = _stamp_first_pass(stamps_ptr, pid, arrived, tl.zeros([], dtype=tl.int32), PROFILE)
     pending, again, round = _settle(state_ptr, rec_local, slot, s, v, epoch, round, True, arrived,
                                     a, b, n, WORLD, SPLIT)
@@ -200,7 +205,7 @@ def verify_staged(s, v, stage_local, route_local, count_local, rows_ptr, rec_loc
         if again:
             arrived, a, b, n = _staged_share(s, v, stage_local, route_local, count_local, rows_ptr,
                                              rec_local, slot, epoch, tokens_max, WORLD, E_LOCAL,
-                                             TOP_K, K_BLOCK, BE, NB, NB_BLOCK, SPLIT, LIKE)
+                                             TOP_K, K_BLOCK, BE, NB, NB_BLOCK, SPLIT, STEP, LIKE)
             stamped = _stamp_first_pass(stamps_ptr, pid, arrived, stamped, PROFILE)
         pending, again, round = _settle(state_ptr, rec_local, slot, s, v, epoch, round, again,
                                         arrived, a, b, n, WORLD, SPLIT)
@@ -214,14 +219,14 @@ def verify_returned(p, v, back_local, rec_local, state_ptr, stamps_ptr, pid, idx
                     num_tokens, slot, epoch, tokens_max, timeout_ns, err_addr, WORLD: tl.constexpr,
                     E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
                     NB: tl.constexpr, NB_BLOCK: tl.constexpr, SPLIT: tl.constexpr,
-                    PARTIAL: tl.constexpr, PROFILE: tl.constexpr):
+                    STEP: tl.constexpr, PARTIAL: tl.constexpr, PROFILE: tl.constexpr):
     """``dc``: verifier ``v`` of the rows rank ``p`` sent back (module doc), bounded by the
     timeout; program ``pid`` of the launch (its stamps)."""
     deadline = sync.now_ns() + timeout_ns
     round = tl.zeros([], dtype=tl.int32)
     arrived, a, b, n = _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr, num_tokens,
                                        slot, epoch, tokens_max, WORLD, E_LOCAL, TOP_K, K_BLOCK, NB,
-                                       NB_BLOCK, SPLIT, PARTIAL)
+                                       NB_BLOCK, SPLIT, STEP, PARTIAL)
     stamped = _stamp_first_pass(stamps_ptr, pid, arrived, tl.zeros([], dtype=tl.int32), PROFILE)
     pending, again, round = _settle(state_ptr, rec_local, slot, p, v, epoch, round, True, arrived,
                                     a, b, n, WORLD, SPLIT)
@@ -229,7 +234,7 @@ def verify_returned(p, v, back_local, rec_local, state_ptr, stamps_ptr, pid, idx
         if again:
             arrived, a, b, n = _returned_share(p, v, back_local, rec_local, idx_ptr, sent_ptr,
                                                num_tokens, slot, epoch, tokens_max, WORLD, E_LOCAL,
-                                               TOP_K, K_BLOCK, NB, NB_BLOCK, SPLIT, PARTIAL)
+                                               TOP_K, K_BLOCK, NB, NB_BLOCK, SPLIT, STEP, PARTIAL)
             stamped = _stamp_first_pass(stamps_ptr, pid, arrived, stamped, PROFILE)
         pending, again, round = _settle(state_ptr, rec_local, slot, p, v, epoch, round, again,
                                         arrived, a, b, n, WORLD, SPLIT)
