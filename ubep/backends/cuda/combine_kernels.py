@@ -259,12 +259,12 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
             VERIFY_STEP: tl.constexpr, FINAL: tl.constexpr, PROFILE: tl.constexpr):
     """One combine (see the module doc): programs ``[0, n_send)`` send, then (``VERIFY``, ``dc``
     only) ``SPLIT`` verify per rank (``VERIFY_STEP`` tokens a step of a share), then ``n_recv``
-    reduce; ``FINAL``: this launch ends the call
-    (a combine may run as a send launch, then a reduce launch). ``ROWS``: pairs' rows a
-    ``reduce="source"`` sender moves per step (a power of two, at most ``K_BLOCK``). ``R_BLOCK``: a
-    token's rows a reducer takes at once (a power of two, ``>= W`` with ``PARTIAL``, else ``>=
-    K``), ``RCB`` blocks of each per step. ``RECV_PARTS``: reducers per token (1, or 2 where there
-    are at least twice as many reducers as tokens: each then takes every other step of one token).
+    reduce; ``FINAL``: this launch ends the call (a combine may run as a send launch, then a reduce
+    launch). ``ROWS``: pairs' rows a ``reduce="source"`` sender moves per step (a power of two, at
+    most ``K_BLOCK``). ``R_BLOCK``: a token's rows a reducer takes at once (a power of two, ``>= W``
+    with ``PARTIAL``, else ``>= K``), ``RCB`` blocks of each per step. ``RECV_PARTS``: reducers per
+    token (1, or 2 where there are at least twice as many reducers as tokens: each then takes every
+    other step of one token).
 
     Expert side: ``out [rows, H]`` (and the same memory as integers, ``out_bits``), the dispatch's
     ``rows`` / ``pair_w [W, T_max, K]``. Source side: ``idx`` / ``w [T * K]``, ``sent [W, T_max]``,
