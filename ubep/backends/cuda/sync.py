@@ -98,10 +98,11 @@ def read_once(ptrs, SEM: tl.constexpr):
     """The int64 words at ``ptrs`` (a pointer or a tensor of them), each read at system scope with
     ordering ``SEM`` (``"relaxed"`` or ``"acquire"``) by one thread and shared with the program's
     other threads: Triton lowers an atomic add of 0 so (one predicated atomic per word, then shared
-    memory behind a barrier; ptxas turns the atomic into a load, followed by an L1 invalidation
-    when acquiring, as in :func:`load_sys`). A poll whose loop holds a barrier (a reduction
-    over warps) must branch on such a read: words each thread loads itself can differ between
-    warps, and warps that leave the loop at different passes pair their barriers wrongly."""
+    memory behind a barrier; in the SASS of Triton 3.6's ptxas the atomic stays one,
+    ``ATOMG.E.ADD.64.STRONG.SYS``, a read-modify-write at the word's L2 slice). A poll whose loop
+    holds a barrier (a reduction over warps) must branch on such a read: words each thread loads
+    itself can differ between warps, and warps that leave the loop at different passes pair their
+    barriers wrongly."""
     return tl.atomic_add(ptrs, 0, sem=SEM, scope="sys")
 
 
