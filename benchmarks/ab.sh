@@ -10,13 +10,17 @@
 # profile / bench / pytest write their logs under $OUT (default ab-out), one per run with the run's
 # CSV / PNG files beside it, print the lines of interest, and pack it all into
 # $OUT/ab-<subcommand>-N.tgz at the end, N counting that subcommand's calls (machines that return
-# few files take them). .ab is ignored by git: name it in the device call's carry.
+# few files take them). Each profile / bench run stops after RUN_LIMIT_S seconds (default 300): set
+# it so that every copy gets its share of a call's time (a command cut by an outer timeout packs
+# nothing, and the copies after the slow one do not run). .ab is ignored by git: name it in the
+# device call's carry.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/ubep-triton-cache}
 out=$(realpath -m "${OUT:-ab-out}")
 rounds=${ROUNDS:-2}
+run_limit=${RUN_LIMIT_S:-300}
 
 pack() {  # pack TAG: this subcommand's logs into $OUT/ab-TAG-N.tgz, N counting its calls
   local n=1
@@ -53,10 +57,11 @@ case ${1:-} in
     done ;;
   profile)
     shift
-    each_copy profile timeout 300 python3 -m ubep.cli profile --out /tmp/ab-run "$@" ;;
+    each_copy profile timeout "$run_limit" python3 -m ubep.cli profile --out /tmp/ab-run "$@" ;;
   bench)
     shift
-    each_copy bench env PYTHONPATH=. timeout 300 python3 benchmarks/bench_ep.py --out /tmp/ab-run "$@" ;;
+    each_copy bench env PYTHONPATH=. timeout "$run_limit" python3 benchmarks/bench_ep.py \
+      --out /tmp/ab-run "$@" ;;
   pytest)
     name=$2
     shift 2
