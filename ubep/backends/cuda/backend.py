@@ -279,8 +279,8 @@ class CudaBackend(Backend):
         self.receive_items = w * tm  # (source, token) items the receivers share
         if budget is None:
             rows = row_meta(cfg.sync, cfg.hidden, es, tm)
-            parts = 1 if cfg.sync == "dc" else recv_parts(RECV_PARTS * PARTS_ITEMS,
-                                                          self.receive_items, rows["NB"], rows["CB"])
+            shared = cfg.sync != "dc" and self.receive_items <= PARTS_ITEMS
+            parts = recv_parts(MAX_RECV, self.receive_items, rows["NB"], rows["CB"]) if shared else 1
             self.receivers = min(parts * self.receive_items, MAX_RECV)
         else:
             shared = 1 if self.split_launches else 2
