@@ -12,10 +12,12 @@ import torch
 
 triton = pytest.importorskip("triton")
 
+import triton.language as tl  # noqa: E402
+
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from ubep.backends.cuda import checksum, wire  # noqa: E402
+from ubep.backends.cuda import checksum, sync, wire  # noqa: E402
 from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
 from ubep.backends.cuda.backend import (  # noqa: E402
@@ -239,3 +241,23 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
             assert per_thread[-1] * elem_bytes == 16 and per_warp[-1] == lanes_per_block, (
                 fn.__name__, per_thread, per_warp, warps)
             assert warps[-1] == 1, (fn.__name__, per_thread, per_warp, warps)
+
+
+@triton.jit
+def _wait_for_records(base_ptr, timeout_ns, err_addr, WORLD: tl.constexpr, W_BLOCK: tl.constexpr):
+    sync.wait_words(base_ptr, 1, 1, 5, timeout_ns, err_addr, sync.WAIT_COUNTS, 5, WORLD, W_BLOCK, 1,
+                    False)
+
+
+@pytest.mark.parametrize("world", [1, 2, 8])
+def test_every_warp_decides_alike_whether_to_poll(world):
+    """A wait's poll loop holds barriers (its one-thread loads are summed over the program), so all
+    warps must enter it or none: the branch after the first acquire read of the words follows a
+    barrier and a shared-memory read (one thread's view handed to all), not each thread's own load.
+    Branching on each thread's load let warps that saw a record being released skip the loop that
+    others entered, and `tff` dispatches read garbage (session 27)."""
+    ptx = _build(_wait_for_records, {}, {"WORLD": world, "W_BLOCK": world}).asm["ptx"]
+    body = ptx[ptx.index("ld.acquire.sys"):]
+    branch = re.search(r"@%p\d+ bra", body)
+    assert branch, body
+    assert "bar.sync" in body[:branch.start()] and "ld.shared" in body[:branch.start()], body

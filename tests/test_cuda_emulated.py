@@ -246,7 +246,8 @@ def test_the_first_timeout_report_survives(monkeypatch):
 
 def test_a_poll_counts_the_words_still_pending(monkeypatch):
     """The poll of a wait for words (each word loaded by one thread of the program) counts the
-    words not yet there, over tiles smaller than a program's threads and as large."""
+    words not yet there, over tiles smaller than a program's threads and as large, and none once
+    past its deadline (which is how every warp leaves the poll loop at the same pass)."""
     from tests.cuda_sync import polls_count_pending_words
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
