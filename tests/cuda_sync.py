@@ -49,38 +49,6 @@ def queued_wait_gives_up(_rank: int, _world: int) -> None:
 
 
 @triton.jit
-def _count_polled(words_ptr, out_ptr, row_stride, num_words, target, deadline, WORLD: tl.constexpr,
-                  W_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr, AT_LEAST: tl.constexpr):
-    s = tl.arange(0, W_BLOCK)[:, None]
-    j = tl.arange(0, N_BLOCK)[None, :]
-    valid = (s < WORLD) & (j < num_words)
-    ptrs = words_ptr + tl.where(valid, s * row_stride + j, 0)
-    tl.store(out_ptr, sync._missing_polled(ptrs, target, valid, deadline, W_BLOCK, N_BLOCK,
-                                           AT_LEAST))
-
-
-def polls_count_pending_words(_rank: int, _world: int) -> None:
-    """A wait's poll (each word loaded by one thread of the program) counts the words of its
-    ``WORLD x num_words`` rows that are not yet there, and no word outside them: ``W_BLOCK x
-    N_BLOCK`` tiles smaller than a program's threads (one lane of several loads) and as large. Past
-    its deadline a poll counts none (the interpreter's clock reads 0: a deadline of 0 is past)."""
-    gen = torch.Generator().manual_seed(5)
-    for world, w_block, num_words, n_block in ((1, 2, 1, 1), (3, 4, 1, 1), (1, 1, 200, 256),
-                                               (5, 8, 3, 4)):
-        stride = n_block + 3
-        words = torch.randint(5, 9, (w_block * stride,), generator=gen)
-        rows = words.view(w_block, stride)[:world, :num_words]
-        for at_least in (False, True):
-            want = int(((rows < 7) if at_least else (rows != 7)).sum())
-            assert want > 0, (world, num_words)
-            for deadline, counted in ((2**62, want), (0, 0)):
-                out = torch.full((1,), -1, dtype=torch.int32)
-                _count_polled[(1,)](words, out, stride, num_words, 7, deadline, world, w_block,
-                                    n_block, at_least)
-                assert out.item() == counted, (world, num_words, at_least, deadline, out.item())
-
-
-@triton.jit
 def _add_shares(state_ptr, own_ptr, out_ptr, source, epoch, WORLD: tl.constexpr, SPLIT: tl.constexpr):
     ready, a, b, n = records.add_shares(state_ptr, source, epoch, tl.load(own_ptr).to(tl.uint32),
                                         tl.load(own_ptr + 1).to(tl.uint32),

@@ -244,16 +244,6 @@ def test_the_first_timeout_report_survives(monkeypatch):
     run_ranks(first_report_survives, 1, timeout_s=600)
 
 
-def test_a_poll_counts_the_words_still_pending(monkeypatch):
-    """The poll of a wait for words (each word loaded by one thread of the program) counts the
-    words not yet there, over tiles smaller than a program's threads and as large, and none once
-    past its deadline (which is how every warp leaves the poll loop at the same pass)."""
-    from tests.cuda_sync import polls_count_pending_words
-
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    run_ranks(polls_count_pending_words, 1, timeout_s=600)
-
-
 def test_a_wait_gives_up_once_its_rank_has_timed_out(monkeypatch):
     """A wait for words (records, acks, counts) of a call queued behind a failure gives up within
     a bounded number of polls, instead of waiting out a whole timeout (``sync.still_due``)."""

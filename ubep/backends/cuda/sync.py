@@ -52,9 +52,6 @@ PHASES = {
 WAIT_COUNTS, WAIT_TOKENS, WAIT_DISPATCH_SLOT, WAIT_ROWS, WAIT_COMBINE_SLOT = (
     tl.constexpr(code) for code in PHASES)
 _MAX_PROGRAMS = tl.constexpr(MAX_PROGRAMS)
-# A poll's tile has at least this many elements, one per thread of a program (backend.NUM_WARPS
-# warps of 32), so that no two threads load the same word (_missing_polled).
-POLL_THREADS = tl.constexpr(256)
 GIVE_UP_POLLS = tl.constexpr(1024)  # polls between a wait's looks at the halted word (a power of 2)
 
 
@@ -158,45 +155,6 @@ def _pending(words, target, valid, AT_LEAST: tl.constexpr):
 
 
 @triton.jit
-def _missing_polled(ptrs, target, valid, deadline, W_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
-                    AT_LEAST: tl.constexpr):
-    """How many of the ``valid`` words at ``ptrs [W_BLOCK, N_BLOCK]`` are still pending, 0 once the
-    loading threads are past ``deadline`` (ns); the same in every thread of the program. Each word
-    is loaded by one thread with a relaxed system-scope (volatile) load (:func:`load_sys` says why a
-    spin does not acquire). Hundreds of programs poll one record word at once: a load from each of a
-    program's warps queued eight times the requests at that word's L2 slice and held back the
-    release that ended the wait (W = 1, 128 tokens: 256 receivers saw the record 2.6 µs later than
-    128 did; BENCHMARKS.md, session 26). The sum crosses warps (a barrier): the deadline is part of
-    it so that all warps leave the poll loop at one pass."""
-    WORDS: tl.constexpr = W_BLOCK * N_BLOCK
-    LANES: tl.constexpr = POLL_THREADS // WORDS if WORDS < POLL_THREADS else 1
-    lane = tl.arange(0, LANES)[None, None, :]
-    mine = valid[:, :, None] & (lane == 0)
-    words = tl.load(ptrs[:, :, None] + lane * 0, mask=mine, other=0, volatile=True)
-    pending = _pending(words, target, mine, AT_LEAST) & (now_ns() < deadline)
-    return tl.sum(tl.sum(tl.sum(pending.to(tl.int32), 2), 1), 0)
-
-
-@triton.jit
-def _count(pending):
-    """How many of a ``[W_BLOCK, N_BLOCK]`` wait's words are still pending (as this thread saw
-    them)."""
-    return tl.sum(tl.sum(pending.to(tl.int32), 1), 0)
-
-
-@triton.jit
-def _agreed(value):
-    """An int32 scalar as thread 0 of the program holds it, in every thread. A loop holding a
-    barrier (a reduction over warps) must be entered and left by all warps at the same pass, or
-    their barriers pair wrongly: warps whose first reads of a word being released differed once
-    skipped a poll loop that others entered, and the kernel went on to read garbage (illegal
-    memory accesses in `tff` dispatches, session 27). Thread 0's view suffices: its acquire, then
-    this reduction's barrier, orders every thread's later loads after the release it saw."""
-    lane = tl.arange(0, POLL_THREADS)
-    return tl.sum(tl.where(lane == 0, value, 0), 0)
-
-
-@triton.jit
 def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, code, epoch,
                WORLD: tl.constexpr, W_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
                AT_LEAST: tl.constexpr):
@@ -205,22 +163,25 @@ def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, co
     acquire loads (words a wait ends on do not change until this rank moves on); a timeout is
     reported naming the first peer ``s`` still missing. The first read acquires: a wait whose words
     are already there (the acks, mostly) ends after one round trip instead of two. The spin itself
-    reads each word in one thread only (:func:`_missing_polled`); whether to spin at all, and when
-    to stop, every warp decides alike (:func:`_agreed`)."""
+    uses relaxed loads (:func:`load_sys` says why).
+
+    Every thread loads its words itself: where the tile spans warps, each branch follows a sum
+    over all of them (one value in every warp); where it does not, the loop holds no barrier.
+    Polls that load each word in one thread and hand it to the others put a barrier in every
+    loop, and then every warp must also decide alike whether to poll at all (docs/CUDA.md,
+    "Waits": the forms tried, what broke and what they cost)."""
     s = tl.arange(0, W_BLOCK)[:, None]
     j = tl.arange(0, N_BLOCK)[None, :]
     valid = (s < WORLD) & (j < num_words)
     ptrs = base_ptr + tl.where(valid, s * row_stride + j, 0)
-    missing = _agreed(_count(_pending(load_sys(ptrs, True), target, valid, AT_LEAST)))
-    if missing > 0:
+    pending = _pending(load_sys(ptrs, True), target, valid, AT_LEAST)
+    if tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0:
         deadline = now_ns() + timeout_ns
-        # the loop carries a count, not the tile: a tile whose layout changes between the first
-        # read and the polls stops Triton's layout pass
-        while missing > 0:
-            missing = _missing_polled(ptrs, target, valid, deadline, W_BLOCK, N_BLOCK, AT_LEAST)
+        while (tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0) & (now_ns() < deadline):
+            pending = _pending(load_sys(ptrs, False), target, valid, AT_LEAST)
             deadline = still_due(deadline, err_addr)
         pending = _pending(load_sys(ptrs, True), target, valid, AT_LEAST)
-        if _count(pending) > 0:
+        if tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0:
             peer = tl.min(tl.min(tl.where(pending, s, W_BLOCK), 1), 0)
             report(err_addr, code, peer, epoch)
 
