@@ -2,7 +2,8 @@
 # Side-by-side runs of several versions of ubep in one call on a GPU machine: each version a copy of
 # the package in .ab/NAME (git archive of a commit, made where the repository is), each run from its
 # own directory so that it imports its own copy, versions alternating ROUNDS times (default 2).
-#   benchmarks/ab.sh prepare NAME=REF ...        here: .ab/NAME from commit REF (replaces .ab)
+#   benchmarks/ab.sh prepare NAME=REF[+PATCH...] ...   here: .ab/NAME from commit REF, with each
+#                                     PATCH (a file of `git diff` output) applied (replaces .ab)
 #   benchmarks/ab.sh profile [ubep profile options]    every copy, alternating (on a GPU machine
 #                                                      with --pg nccl --backend cuda)
 #   benchmarks/ab.sh bench [bench_ep.py options]       the same with benchmarks/bench_ep.py
@@ -53,7 +54,13 @@ case ${1:-} in
     rm -rf .ab
     for spec in "$@"; do
       name=${spec%%=*}
-      mkdir -p ".ab/$name" && git archive "${spec#*=}" | tar -x -C ".ab/$name" || exit 1
+      source=${spec#*=}
+      ref=${source%%+*}
+      mkdir -p ".ab/$name" && git archive "$ref" | tar -x -C ".ab/$name" || exit 1
+      patches=${source#"$ref"}
+      for patch in ${patches//+/ }; do
+        git apply --directory=".ab/$name" "$patch" || exit 1
+      done
     done ;;
   profile)
     shift
@@ -71,6 +78,6 @@ case ${1:-} in
     tail -n 5 "$out/logs/pytest-$name.log"
     pack "pytest-$name" ;;
   *)
-    echo "usage: benchmarks/ab.sh prepare NAME=REF ... | profile ARGS | bench ARGS | pytest NAME ARGS" >&2
+    echo "usage: benchmarks/ab.sh prepare NAME=REF[+PATCH...] ... | profile ARGS | bench ARGS | pytest NAME ARGS" >&2
     exit 2 ;;
 esac
