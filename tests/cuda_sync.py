@@ -34,18 +34,20 @@ def first_report_survives(_rank: int, _world: int) -> None:
 
 
 @triton.jit
-def _wait_never_met(word_ptr, timeout_ns, err_addr):
-    sync.wait_words(word_ptr, 1, 1, 1, timeout_ns, err_addr, sync.WAIT_ROWS, 8, 1, 1, 1, False)
+def _wait_never_met(word_ptr, timeout_ns, err_addr, ONCE: tl.constexpr):
+    sync.wait_words(word_ptr, 1, 1, 1, timeout_ns, err_addr, sync.WAIT_ROWS, 8, 1, 1, 1, False, ONCE)
 
 
 def queued_wait_gives_up(_rank: int, _world: int) -> None:
     """A wait for a word, of a rank that has already timed out (a call queued behind the failure:
     its halted word is set), gives up after ``GIVE_UP_POLLS`` polls, not at its own deadline (here
-    never: the interpreter's clock reads 0), and leaves the first report as it is."""
-    errors = torch.tensor([sync.WAIT_COUNTS.value, 1, 7])
-    never = torch.zeros(1, dtype=torch.int64)
-    _wait_never_met[(1,)](never, 2**62, _error_block(errors, 1).data_ptr())
-    assert errors.tolist() == [sync.WAIT_COUNTS.value, 1, 7], errors
+    never: the interpreter's clock reads 0), and leaves the first report as it is; whether every
+    thread loads the word or one thread reads it for all."""
+    for once in (False, True):
+        errors = torch.tensor([sync.WAIT_COUNTS.value, 1, 7])
+        never = torch.zeros(1, dtype=torch.int64)
+        _wait_never_met[(1,)](never, 2**62, _error_block(errors, 1).data_ptr(), once)
+        assert errors.tolist() == [sync.WAIT_COUNTS.value, 1, 7], errors
 
 
 @triton.jit

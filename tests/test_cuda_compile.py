@@ -244,19 +244,21 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
 
 @triton.jit
 def _wait_for_words(base_ptr, timeout_ns, err_addr, WORLD: tl.constexpr, W_BLOCK: tl.constexpr,
-                    N_BLOCK: tl.constexpr):
+                    N_BLOCK: tl.constexpr, ONCE: tl.constexpr):
     sync.wait_words(base_ptr, N_BLOCK, N_BLOCK, 5, timeout_ns, err_addr, sync.WAIT_COUNTS, 5, WORLD,
-                    W_BLOCK, N_BLOCK, False)
+                    W_BLOCK, N_BLOCK, False, ONCE)
 
 
+@pytest.mark.parametrize("once", [False, True])
 @pytest.mark.parametrize(("world", "words"), [(1, 1), (2, 1), (8, 1), (1, 256)])
-def test_every_warp_decides_alike_whether_to_poll(world, words):
+def test_every_warp_decides_alike_whether_to_poll(world, words, once):
     """A wait's poll loop that holds a barrier (a sum over the program's warps) must be entered by
     all warps or none: then a barrier also precedes the branch into it (the decision crosses the
     warps too). A spin that loaded each word in one thread put barriers in the loop while each
     thread still branched on its own first read, and warps that saw a record being released
     skipped the loop that others entered: `tff` dispatches read garbage (session 27)."""
-    ptx = _build(_wait_for_words, {}, {"WORLD": world, "W_BLOCK": world, "N_BLOCK": words}).asm["ptx"]
+    constants = {"WORLD": world, "W_BLOCK": world, "N_BLOCK": words, "ONCE": once}
+    ptx = _build(_wait_for_words, {}, constants).asm["ptx"]
     body = ptx[ptx.index(".entry"):]  # the kernel is the wait: its first branch is the decision
     branch = re.search(r"@%p\d+ bra", body)
     assert branch, body

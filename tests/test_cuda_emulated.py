@@ -219,9 +219,9 @@ def test_receivers_share_rows_of_several_steps():
         backend = emulated_backends(case)[0]
         assert backend.receivers == receivers
         assert recv_parts(backend.receivers, 3, 65, 64) == 2  # the combine of 3 tokens
-    over = Case(tokens=(40, 33), hidden=2080, num_experts=4, top_k=2, dtype="fp32",
+    over = Case(tokens=(70, 66), hidden=2080, num_experts=4, top_k=2, dtype="fp32",
                 layout="padded", sync="sw")
-    assert emulated_backends(over)[0].receivers == 80 > PARTS_ITEMS  # one per item
+    assert emulated_backends(over)[0].receivers == 140 > PARTS_ITEMS  # one per item
     wide = Case(tokens=(200, 200), hidden=2080, num_experts=4, top_k=2, dtype="fp32", sync="sw")
     assert emulated_backends(wide)[0].receivers == MAX_RECV
 

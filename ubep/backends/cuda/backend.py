@@ -85,15 +85,16 @@ MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
 # decode receiver at W = 1 writes its token 8 times, 115 KB for a 7168-element bf16 row, 2 µs of
 # stores on one SM. Without an SM budget a buffer of at most PARTS_ITEMS items has RECV_PARTS
 # receivers per item, but in dc, whose receivers wait for SMs behind the verifiers (its kernels
-# hold one program per SM). Measured at W = 1 (queued graph replays, BENCHMARKS.md, session 26):
-# 16 tokens, dispatch 15.6 against 19.6 µs (sw); 128 tokens (256 receivers), 19.1-20.2 against
-# 17.5-18.4: there the doubled receivers' polls held back the record they waited for. ptxas for
-# sm_90 (7168 bf16, top-8, a 128-token call's geometry): the decode dispatch kernel takes fewer
+# hold one program per SM). Measured at W = 1 (queued graph replays, BENCHMARKS.md, sessions 26
+# and 28): 16 tokens, dispatch 15.6 against 19.6 µs (sw); 128 tokens (256 receivers) held back
+# the record they waited for while each of their warps polled it (19.1-20.2 against 17.5-18.4);
+# with the record read by one thread of each, 17.0 against 18.1 (sw), 17.7 against 19.0 (tff).
+# ptxas for sm_90 (7168 bf16, top-8, a 128-token call's geometry): the decode dispatch kernel takes fewer
 # registers with two receivers per item (W = 2: sw 108 -> 64, tff 131 -> 100, sp 125 -> 80), the
 # combine kernel as many, but in sp at W = 2 (expert_rank: 128 -> 146, one program per SM instead
 # of two): sp's reducers take whole tokens.
 RECV_PARTS = 2
-PARTS_ITEMS = 64
+PARTS_ITEMS = 128
 # Combine senders move up to K rows per item, one tile after another; more of them hide latency.
 MAX_COMBINE_SEND = 512
 # dc without an SM budget: verifier programs in all, one per VERIFY_TOKENS tokens of the call,

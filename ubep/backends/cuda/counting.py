@@ -77,7 +77,7 @@ def count_role(j, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, hist_ptr, 
         base = _range_hist(idx_ptr, 0, first, E_BLOCK, PREFIX)
     else:
         sync.wait_words(flags_ptr, 0, j, epoch, timeout_ns, err_addr, sync.WAIT_COUNTS, epoch, 1, 1,
-                        N_BLOCK, False)
+                        N_BLOCK, False, False)
         base = _rows_before(hist_ptr, j, E_BLOCK, J_BLOCK)
     offs = tl.arange(0, CHUNK)
     earlier = offs[None, :] < offs[:, None]  # [p, q]: q comes before p

@@ -373,7 +373,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
             if COUNTS_FIRST:
                 sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
                 sync.wait_words(sig_local + slot * WORLD + rank, 1, 1, epoch, timeout_ns, err_addr,
-                                sync.WAIT_COUNTS, epoch, 1, 1, 1, False)
+                                sync.WAIT_COUNTS, epoch, 1, 1, 1, False, True)
             acc_a, acc_b, acc_n = _send_role(pid - n_count, x_ptr, idx_ptr, num_tokens, stage_ptrs,
                                              sent_ptr, rank, slot, epoch, n_send, tokens_max, WORLD,
                                              W_BLOCK, E_LOCAL, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, CB,

@@ -213,4 +213,4 @@ def wait_verified(state_ptr, epoch, timeout_ns, err_addr, code, WORLD: tl.conste
                   W_BLOCK: tl.constexpr):
     """``dc``: wait until every source's batch of call ``epoch`` has been matched on this rank."""
     sync.wait_words(_verified_words(state_ptr, WORLD), 1, 1, epoch, timeout_ns, err_addr, code, epoch,
-                    WORLD, W_BLOCK, 1, False)
+                    WORLD, W_BLOCK, 1, False, True)

@@ -155,35 +155,67 @@ def _pending(words, target, valid, AT_LEAST: tl.constexpr):
 
 
 @triton.jit
+def _count(pending):
+    """How many of a ``[W_BLOCK, N_BLOCK]`` wait's words are still pending."""
+    return tl.sum(tl.sum(pending.to(tl.int32), 1), 0)
+
+
+@triton.jit
 def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, code, epoch,
                WORLD: tl.constexpr, W_BLOCK: tl.constexpr, N_BLOCK: tl.constexpr,
-               AT_LEAST: tl.constexpr):
+               AT_LEAST: tl.constexpr, ONCE: tl.constexpr):
     """Spin until the words ``base[s * row_stride + j]`` (``s < WORLD``, ``j < num_words``) all
-    equal ``target`` (or are ``>= target`` with ``AT_LEAST``), then read them once more with
-    acquire loads (words a wait ends on do not change until this rank moves on); a timeout is
-    reported naming the first peer ``s`` still missing. The first read acquires: a wait whose words
-    are already there (the acks, mostly) ends after one round trip instead of two. The spin itself
-    uses relaxed loads (:func:`load_sys` says why).
+    equal ``target`` (or are ``>= target`` with ``AT_LEAST``), then read them once more with an
+    acquire (words a wait ends on do not change until this rank moves on); a timeout is reported
+    naming the first peer ``s`` still missing. The first read acquires: a wait whose words are
+    already there (the acks, mostly) ends after one round trip instead of two. The spin reads
+    relaxed (:func:`load_sys` says why).
 
-    Every thread loads its words itself: where the tile spans warps, each branch follows a sum
-    over all of them (one value in every warp); where it does not, the loop holds no barrier.
-    Polls that load each word in one thread and hand it to the others put a barrier in every
-    loop, and then every warp must also decide alike whether to poll at all (docs/CUDA.md,
-    "Waits": the forms tried, what broke and what they cost)."""
+    ``ONCE`` (words that hundreds of programs poll at once: the records) reads each word in one
+    thread and hands it to the others. A load from each of a program's 8 warps queued eight times
+    the requests at that word's L2 slice and held back the release that ended the wait (W = 1, 128
+    tokens: 256 receivers saw the record 2.6 µs later than 128 did; BENCHMARKS.md, session 26).
+    Every branch of the wait then follows a read all warps share: the reads go through a barrier,
+    and warps that branched on their own reads around it once paired their barriers wrongly
+    (docs/CUDA.md, "Waits"). Without ``ONCE`` every thread loads its words itself: where the tile
+    spans warps, each branch follows a sum over all of them; where it does not, the loop holds no
+    barrier. The two loops differ in what they carry: a tile of ``read_once``'s layout stops
+    Triton's layout pass, and the count in the other loop made ptxas spill in the EP2 decode
+    dispatch kernel (BENCHMARKS.md, session 27)."""
     s = tl.arange(0, W_BLOCK)[:, None]
     j = tl.arange(0, N_BLOCK)[None, :]
     valid = (s < WORLD) & (j < num_words)
     ptrs = base_ptr + tl.where(valid, s * row_stride + j, 0)
-    pending = _pending(load_sys(ptrs, True), target, valid, AT_LEAST)
-    if tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0:
-        deadline = now_ns() + timeout_ns
-        while (tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0) & (now_ns() < deadline):
-            pending = _pending(load_sys(ptrs, False), target, valid, AT_LEAST)
-            deadline = still_due(deadline, err_addr)
+    if ONCE:
+        missing = _count(_pending(read_once(ptrs, "acquire"), target, valid, AT_LEAST))
+        if missing > 0:
+            deadline = now_ns() + timeout_ns
+            while (missing > 0) & (now_ns() < deadline):
+                missing = _count(_pending(read_once(ptrs, "relaxed"), target, valid, AT_LEAST))
+                deadline = still_due(deadline, err_addr)
+            _report_missing(ptrs, target, valid, s, err_addr, code, epoch, W_BLOCK, AT_LEAST, True)
+    else:
         pending = _pending(load_sys(ptrs, True), target, valid, AT_LEAST)
-        if tl.sum(tl.sum(pending.to(tl.int32), 1), 0) > 0:
-            peer = tl.min(tl.min(tl.where(pending, s, W_BLOCK), 1), 0)
-            report(err_addr, code, peer, epoch)
+        if _count(pending) > 0:
+            deadline = now_ns() + timeout_ns
+            while (_count(pending) > 0) & (now_ns() < deadline):
+                pending = _pending(load_sys(ptrs, False), target, valid, AT_LEAST)
+                deadline = still_due(deadline, err_addr)
+            _report_missing(ptrs, target, valid, s, err_addr, code, epoch, W_BLOCK, AT_LEAST, False)
+
+
+@triton.jit
+def _report_missing(ptrs, target, valid, s, err_addr, code, epoch, W_BLOCK: tl.constexpr,
+                    AT_LEAST: tl.constexpr, ONCE: tl.constexpr):
+    """After a wait's spin: read the words once more with an acquire and report the first peer
+    still missing, if any (the spin ran out of time)."""
+    if ONCE:
+        pending = _pending(read_once(ptrs, "acquire"), target, valid, AT_LEAST)
+    else:
+        pending = _pending(load_sys(ptrs, True), target, valid, AT_LEAST)
+    if _count(pending) > 0:
+        peer = tl.min(tl.min(tl.where(pending, s, W_BLOCK), 1), 0)
+        report(err_addr, code, peer, epoch)
 
 
 @triton.jit
@@ -191,7 +223,7 @@ def wait_acks(ack_local, epoch, timeout_ns, err_addr, code, WORLD: tl.constexpr,
               W_BLOCK: tl.constexpr):
     """Wait until every peer has finished reading call ``epoch - 2`` (this rank's ``ack [W]``)."""
     wait_words(ack_local, 1, 1, epoch - 2, timeout_ns, err_addr, code, epoch, WORLD, W_BLOCK, 1,
-               True)
+               True, False)
 
 
 @triton.jit
@@ -199,7 +231,7 @@ def wait_record(sig_local, slot, epoch, timeout_ns, err_addr, code, WORLD: tl.co
                 W_BLOCK: tl.constexpr):
     """Wait until every source's record for call ``epoch`` is in this rank's ``sig [2, W]``."""
     wait_words(sig_local + slot * WORLD, 1, 1, epoch, timeout_ns, err_addr, code, epoch, WORLD,
-               W_BLOCK, 1, False)
+               W_BLOCK, 1, False, True)
 
 
 @triton.jit
