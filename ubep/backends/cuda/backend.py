@@ -88,8 +88,9 @@ MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
 # hold one program per SM). Measured at W = 1 (queued graph replays, BENCHMARKS.md, sessions 26
 # and 28): 16 tokens, dispatch 15.6 against 19.6 µs (sw); 128 tokens (256 receivers) held back
 # the record they waited for while each of their warps polled it (19.1-20.2 against 17.5-18.4);
-# with the record read by one thread of each, 17.0 against 18.1 (sw), 17.7 against 19.0 (tff).
-# ptxas for sm_90 (7168 bf16, top-8, a 128-token call's geometry): the decode dispatch kernel takes fewer
+# with the record read by one thread of each and two receivers per item up to 128 items, 17.0 µs
+# (sw) and 17.7 (tff), against 18.1 and 19.0 with every warp polling and 64 items. ptxas for sm_90
+# (7168 bf16, top-8, a 128-token call's geometry): the decode dispatch kernel takes fewer
 # registers with two receivers per item (W = 2: sw 108 -> 64, tff 131 -> 100, sp 125 -> 80), the
 # combine kernel as many, but in sp at W = 2 (expert_rank: 128 -> 146, one program per SM instead
 # of two): sp's reducers take whole tokens.
