@@ -242,6 +242,11 @@ def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, toke
             assert warps[-1] == 1, (fn.__name__, per_thread, per_warp, warps)
 
 
+def test_program_threads_match_the_launches():
+    """The waits' first look and the dc share reads span one word per thread of a program."""
+    assert sync.PROGRAM_THREADS == NUM_WARPS * 32
+
+
 @triton.jit
 def _wait_for_words(base_ptr, timeout_ns, err_addr, WORLD: tl.constexpr, W_BLOCK: tl.constexpr,
                     N_BLOCK: tl.constexpr, ONCE: tl.constexpr):

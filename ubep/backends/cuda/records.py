@@ -164,9 +164,9 @@ def publish_share(state_ptr, source, v, tag, lane_a, lane_b, blocks, WORLD: tl.c
     tl.atomic_xchg(share, tag, sem="release", scope="gpu")
 
 
-# Words of the other verifiers' shares the last one reads at once: one per thread of a program
-# (backend.NUM_WARPS warps of 32), so that no two threads hold the same word (``add_shares``).
-SHARE_WORDS = tl.constexpr(256)
+# Words of the other verifiers' shares the last one reads at once: one per thread of a program, so
+# that no two threads hold the same word (``add_shares``).
+SHARE_WORDS = sync.PROGRAM_THREADS
 
 
 @triton.jit

@@ -52,6 +52,7 @@ PHASES = {
 WAIT_COUNTS, WAIT_TOKENS, WAIT_DISPATCH_SLOT, WAIT_ROWS, WAIT_COMBINE_SLOT = (
     tl.constexpr(code) for code in PHASES)
 _MAX_PROGRAMS = tl.constexpr(MAX_PROGRAMS)
+PROGRAM_THREADS = tl.constexpr(256)  # threads of a program: backend.NUM_WARPS warps of 32
 GIVE_UP_POLLS = tl.constexpr(1024)  # polls between a wait's looks at the halted word (a power of 2)
 
 
@@ -171,10 +172,12 @@ def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, co
     already there (the acks, mostly) ends after one round trip instead of two. The spin reads
     relaxed (:func:`load_sys` says why).
 
-    ``ONCE`` (words that hundreds of programs poll at once: the records) reads each word in one
-    thread and hands it to the others. A load from each of a program's 8 warps queued eight times
-    the requests at that word's L2 slice and held back the release that ended the wait (W = 1, 128
-    tokens: 256 receivers saw the record 2.6 µs later than 128 did; BENCHMARKS.md, session 26).
+    ``ONCE`` (words that hundreds of programs poll at once: the records) polls each word in one
+    thread and hands it to the others; only its first read is every thread's own load, counted
+    over the whole program (:func:`_first_look`). A load from each of a program's 8 warps in every
+    poll queued eight times the requests at that word's L2 slice and held back the release that
+    ended the wait (W = 1, 128 tokens: 256 receivers saw the record 2.6 µs later than 128 did;
+    BENCHMARKS.md, session 26).
     Every branch of the wait then follows a read all warps share: the reads go through a barrier,
     and warps that branched on their own reads around it once paired their barriers wrongly
     (docs/CUDA.md, "Waits"). Without ``ONCE`` every thread loads its words itself: where the tile
@@ -187,7 +190,7 @@ def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, co
     valid = (s < WORLD) & (j < num_words)
     ptrs = base_ptr + tl.where(valid, s * row_stride + j, 0)
     if ONCE:
-        missing = _count(_pending(read_once(ptrs, "acquire"), target, valid, AT_LEAST))
+        missing = _first_look(ptrs, target, valid, AT_LEAST)
         if missing > 0:
             deadline = now_ns() + timeout_ns
             while (missing > 0) & (now_ns() < deadline):
@@ -202,6 +205,20 @@ def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, co
                 pending = _pending(load_sys(ptrs, False), target, valid, AT_LEAST)
                 deadline = still_due(deadline, err_addr)
             _report_missing(ptrs, target, valid, s, err_addr, code, epoch, W_BLOCK, AT_LEAST, False)
+
+
+@triton.jit
+def _first_look(ptrs, target, valid, AT_LEAST: tl.constexpr):
+    """How many of a ``ONCE`` wait's words are pending at its first read (times
+    ``PROGRAM_THREADS``), the same count in every warp: each thread loads the words itself with an
+    acquire load, and the count is summed over a tile of one entry per thread of the program, so
+    that it crosses the warps through one barrier before any of them branches on it. Against a
+    first read through ``read_once`` this took 0.1-0.3 µs off 16- and 128-token `sw` dispatches
+    (W = 1, BENCHMARKS.md, session 29)."""
+    t = tl.arange(0, PROGRAM_THREADS)[None, None, :]
+    wide = ptrs[:, :, None] + t * 0
+    pending = _pending(load_sys(wide, True), target, valid[:, :, None], AT_LEAST)
+    return tl.sum(tl.sum(tl.sum(pending.to(tl.int32), 2), 1), 0)
 
 
 @triton.jit
