@@ -1,6 +1,7 @@
 """Side-by-side timing of expert-parallel dispatch and combine on W GPUs of one host.
 
     python benchmarks/bench_ep.py --out bench-out            # every visible GPU, default shapes
+    python benchmarks/bench_ep.py --shapes 7168:256:8 2048:64:4 --tokens 128 4096   # a sweep
 
 One run measures, per routing case: the ubep backends (reference on NCCL, cuda on NVLink symmetric
 memory, in each sync mode; dispatch, combine with each reduction), NCCL's
@@ -13,8 +14,10 @@ layout's CUDA-graph replays also queued behind a delay kernel, the host's launch
 inside a model's graph); each figure is the median over the iterations with the min-max spread, on
 rank 0, plus the slowest rank's median. Bytes are those that crossed between rank 0 and the other
 ranks: for dispatch what rank 0 sent, for combine what came back to rank 0. ``programs`` is the
-cuda backend's grid (thread blocks, each on one SM at a time; at most that many SMs). Writes
-``results.csv``, ``results.md`` and ``results.png`` under ``--out`` and prints the table.
+cuda backend's grid (thread blocks, each on one SM at a time; at most that many SMs). ``--shapes``
+runs every case once per model shape (hidden, experts, top-k), each row naming its shape. Writes
+``results.csv``, ``results.md`` and ``results.png`` (the first shape) under ``--out`` and prints
+the table.
 """
 
 from __future__ import annotations
@@ -249,14 +252,34 @@ def vdev_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
         return [{"error": f"{type(err).__name__}: {err}"}]
 
 
-def summarize(per_rank: list[list[dict]], ceiling: float, world: int) -> list[dict]:
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """``"HIDDEN:EXPERTS:TOP_K"`` (say ``7168:256:8``) as three ints, for ``--shapes``."""
+    parts = text.split(":")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"--shapes: {text!r} is not HIDDEN:EXPERTS:TOP_K of positive integers (say 7168:256:8)")
+    hidden, experts, top_k = (int(p) for p in parts)
+    return hidden, experts, top_k
+
+
+def shape_runs(args: argparse.Namespace) -> list[argparse.Namespace]:
+    """One copy of ``args`` per model shape to time: ``--shapes`` in order, else ``--hidden``,
+    ``--experts`` and ``--top-k``."""
+    shapes = args.shapes or [(args.hidden, args.experts, args.top_k)]
+    return [argparse.Namespace(**{**vars(args), "hidden": h, "experts": e, "top_k": k})
+            for h, e, k in shapes]
+
+
+def summarize(per_rank: list[list[dict]], ceiling: float, world: int,
+              shape: argparse.Namespace) -> list[dict]:
     table = []
     for i, row in enumerate(per_rank[0]):
         us = row["us"]
         med = statistics.median(us)
         slowest = max(statistics.median(r[i]["us"]) for r in per_rank)
         gbps = row["bytes"] / (med * 1e-6) / 1e9 if med else 0.0
-        table.append({"W": world, "tokens": row["tokens"], "maxvio": row["maxvio"],
+        table.append({"W": world, "hidden": shape.hidden, "experts": shape.experts,
+                      "top_k": shape.top_k, "tokens": row["tokens"], "maxvio": row["maxvio"],
                       "what": row["what"], "median_us": round(med, 1),
                       "min_us": round(min(us), 1), "max_us": round(max(us), 1),
                       "slowest_rank_us": round(slowest, 1), "bytes_rank0": row["bytes"],
@@ -273,6 +296,9 @@ def main() -> int:
     p.add_argument("--hidden", type=int, default=7168)
     p.add_argument("--experts", type=int, default=256)
     p.add_argument("--top-k", type=int, default=8)
+    p.add_argument("--shapes", type=parse_shape, nargs="+", metavar="H:E:K",
+                   help="model shapes to sweep, each HIDDEN:EXPERTS:TOP_K (replace --hidden, "
+                        "--experts, --top-k)")
     p.add_argument("--layouts", nargs="+", default=["compact", "padded"])
     p.add_argument("--backends", nargs="+", default=["reference", "cuda"],
                    help="the reference comes first: its handle counts the bytes")
@@ -292,21 +318,27 @@ def main() -> int:
     one = args.ranks == 1  # no link: the ceiling is a copy within the GPU, no NVSHMEM run
     ceiling = link_ceiling_gbps(peer=0 if one else 1)
     t0 = time.perf_counter()
-    per_rank = run_ranks(bench_rank, args.ranks, args, pg_backend="nccl", timeout_s=3000)
-    header = (f"EP{args.ranks} on {torch.cuda.get_device_name(0)}, hidden {args.hidden}, "
-              f"{args.experts} experts, top-{args.top_k}, bf16; "
-              f"{'ceiling (copy within GPU0' if one else 'link ceiling (GPU0->GPU1 copy'}, "
-              f"1 GiB) {ceiling:.0f} GB/s; {args.iters} iterations after {args.warmup} warm-up; "
-              f"torch {torch.__version__}; {time.perf_counter() - t0:.0f} s")
-    table = summarize(per_rank, ceiling, args.ranks)
-    if args.vdev and not one:
-        vdev = run_ranks(vdev_rank, args.ranks, args, pg_backend="nccl", timeout_s=300)
-        if "error" in vdev[0][0]:
-            header += f"; torch all_to_all_vdev not measured: {vdev[0][0]['error']}"
-        else:
-            table += summarize(vdev, ceiling, args.ranks)
+    runs = shape_runs(args)
+    table, notes = [], []
+    for shape in runs:
+        per_rank = run_ranks(bench_rank, args.ranks, shape, pg_backend="nccl", timeout_s=3000)
+        table += summarize(per_rank, ceiling, args.ranks, shape)
+        if args.vdev and not one:
+            vdev = run_ranks(vdev_rank, args.ranks, shape, pg_backend="nccl", timeout_s=300)
+            if "error" in vdev[0][0]:
+                notes.append(f"torch all_to_all_vdev not measured: {vdev[0][0]['error']}")
+            else:
+                table += summarize(vdev, ceiling, args.ranks, shape)
+    shapes = ", ".join(f"hidden {r.hidden} / {r.experts} experts / top-{r.top_k}" for r in runs)
+    header = "; ".join([
+        f"EP{args.ranks} on {torch.cuda.get_device_name(0)}, {shapes}, bf16",
+        f"{'ceiling (copy within GPU0' if one else 'link ceiling (GPU0->GPU1 copy'}, 1 GiB) "
+        f"{ceiling:.0f} GB/s", f"{args.iters} iterations after {args.warmup} warm-up",
+        f"torch {torch.__version__}", f"{time.perf_counter() - t0:.0f} s", *dict.fromkeys(notes)])
     print(write_table(table, args.out / "results", header))
-    plot(table, args.out / "results.png", header)
+    first = runs[0]
+    plot([r for r in table if (r["hidden"], r["experts"], r["top_k"])
+          == (first.hidden, first.experts, first.top_k)], args.out / "results.png", header)
     return 0
 
 

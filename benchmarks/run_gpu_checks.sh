@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Everything this project checks on a GPU machine: the GPU tests (bit for bit against the oracle,
 # stress, timeouts, CUDA graphs, wire images, profiling), then the side-by-side benchmark.
-#   benchmarks/run_gpu_checks.sh [part ...]     parts: exact, worlds, stress, bench (default: all)
+#   benchmarks/run_gpu_checks.sh [part ...]     parts: exact, worlds, stress, bench, sweep (default: all)
 # exact: wire images, launches, and tests/test_cuda.py at W = 1 and 2 but the stress test; worlds:
-# the oracle matrix at W = 4 and 8; stress: the 2000-call stress tests; bench: bench_ep.py.
+# the oracle matrix at W = 4 and 8; stress: the 2000-call stress tests; bench: bench_ep.py; sweep:
+# bench_ep.py over other model shapes (SWEEP_SHAPES, HIDDEN:EXPERTS:TOP_K each) at 128 and 4096
+# tokens, uniform routing, the reference and the cuda backend in `sw` and `tff`.
 # Each group runs under its own time limit (LIMIT_S, default 300 s), so one stuck group cannot use up
 # the others' time; a GPU test case costs 10-120 s (processes, NCCL, Triton compiles; the low end with
 # a warm Triton cache, TRITON_CACHE_DIR). Where pytest-xdist is installed the tests run in 3 workers
@@ -38,7 +40,9 @@ if python3 -c "import xdist" 2>/dev/null; then
   workers=(-n "${PYTEST_WORKERS:-3}")
 fi
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(exact worlds stress bench)
+[ ${#parts[@]} -gt 0 ] || parts=(exact worlds stress bench sweep)
+# the limits' corners among them: top-16, 1024 experts, a small hidden size
+shapes=${SWEEP_SHAPES:-2048:64:4 4096:128:8 4096:1024:8 7168:256:4 7168:256:16}
 for part in "${parts[@]}"; do
   case $part in
     exact)
@@ -54,8 +58,12 @@ for part in "${parts[@]}"; do
       # "--tokens 4096 8192" in the next on a machine lent for 10-minute calls)
       # shellcheck disable=SC2086
       run bench env PYTHONPATH=. python3 benchmarks/bench_ep.py --vdev --out "$out/bench" ${BENCH_ARGS:-} ;;
+    sweep)
+      # shellcheck disable=SC2086
+      run sweep env PYTHONPATH=. python3 benchmarks/bench_ep.py --out "$out/sweep" --shapes $shapes \
+        --tokens 128 4096 --maxvio 0 --syncs sw tff ;;
     *)
-      echo "unknown part '$part' (exact, worlds, stress, bench)" >&2
+      echo "unknown part '$part' (exact, worlds, stress, bench, sweep)" >&2
       exit 2 ;;
   esac
 done
