@@ -42,3 +42,26 @@ def test_a_bad_shape_is_refused_before_anything_runs():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "--shapes: '7168:256' is not HIDDEN:EXPERTS:TOP_K" in done.stderr
+
+
+def test_a_sweep_writes_one_table_with_each_rows_shape(bench_ep, monkeypatch, tmp_path):
+    """``main`` over two shapes, the GPU parts replaced by fakes: one CSV / Markdown table whose rows
+    name their shape, the header naming both shapes."""
+    def fake_ranks(fn, ranks, shape, **kwargs):
+        rows = [{"tokens": 128, "maxvio": 0.0, "what": f"cuda/padded/sw {op} {shape.hidden}",
+                 "bytes": shape.hidden * 2, "programs": 3, "us": [2.0, 1.0, 3.0]}
+                for op in ("dispatch", "combine")]
+        return [rows for _ in range(ranks)]
+
+    monkeypatch.setattr(bench_ep, "run_ranks", fake_ranks)
+    monkeypatch.setattr(bench_ep, "link_ceiling_gbps", lambda peer: 100.0)
+    monkeypatch.setattr(bench_ep.torch.cuda, "get_device_name", lambda i: "a fake GPU")
+    monkeypatch.setattr(sys, "argv", ["bench_ep.py", "--ranks", "2", "--shapes", "2048:64:4",
+                                      "7168:256:8", "--out", str(tmp_path)])
+    assert bench_ep.main() == 0
+    lines = (tmp_path / "results.csv").read_text().splitlines()
+    assert lines[0].startswith("W,hidden,experts,top_k,tokens,maxvio,what,median_us")
+    assert lines[1].startswith("2,2048,64,4,128,0.0,cuda/padded/sw dispatch 2048,2.0")
+    assert lines[3].startswith("2,7168,256,8,128,0.0,cuda/padded/sw dispatch 7168,2.0")
+    header = (tmp_path / "results.md").read_text().splitlines()[0]
+    assert "hidden 2048 / 64 experts / top-4, hidden 7168 / 256 experts / top-8" in header
