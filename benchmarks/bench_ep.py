@@ -7,9 +7,10 @@ One run measures, per routing case: the ubep backends (reference on NCCL, cuda o
 memory, in each sync mode; dispatch, combine with each reduction), NCCL's
 ``all_to_all_single`` sending every (token, expert) pair (the naive per-expert all-to-all), the same
 rows through torch's NVSHMEM ``all_to_all_vdev`` with ``--vdev`` where it runs, and once per run a large
-peer-to-peer copy between GPU 0 and GPU 1 as the link ceiling (on one GPU, ``--ranks 1``: a copy
-within it, and no ``all_to_all_vdev``; every row then stays on the GPU, which isolates the kernels'
-own costs and the host's from the link). Times come from CUDA events after a warm-up (the padded
+peer-to-peer copy between GPU 0 and GPU 1 as the link ceiling, and an all-to-all of 1 GiB per rank
+as the ceiling of every rank sending at once (on one GPU, ``--ranks 1``: a copy within it, and no
+all-to-all or ``all_to_all_vdev``; every row then stays on the GPU, which isolates the kernels' own
+costs and the host's from the link). Times come from CUDA events after a warm-up (the padded
 layout's CUDA-graph replays also queued behind a delay kernel, the host's launch latency hidden as
 inside a model's graph); each figure is the median over the iterations with the min-max spread, on
 rank 0, plus the slowest rank's median. Bytes are those that crossed between rank 0 and the other
@@ -42,6 +43,7 @@ from ubep.workloads import origin_tokens, origin_weights, skewed_topk
 # NVLink multicast stays off on the machines we run on.
 os.environ.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
                   NVSHMEM_DISABLE_NVLS="1")
+A2A_BYTES = 1 << 30  # what each rank sends in the all-to-all ceiling, split evenly over all ranks
 PADDED_MAX_TOKENS = 512  # the padded (decode) layout holds W * T rows per local expert
 DELAY_CYCLES = 400_000  # a delay kernel of about 200 µs at 2 GHz: longer than queueing a graph replay
 
@@ -62,6 +64,18 @@ def link_ceiling_gbps(num_bytes: int = 1 << 30, iters: int = 10, peer: int = 1) 
         if i >= 2:
             times.append(start.elapsed_time(end) / 1e3)
     return num_bytes / statistics.median(times) / 1e9
+
+
+def a2a_ceiling_rank(rank: int, world: int, args: argparse.Namespace) -> float:
+    """GB/s this rank sends to its peers while every rank sends to every other at once: NCCL's
+    ``all_to_all_single`` of ``A2A_BYTES`` in equal parts, the part to itself not counted. At W > 2
+    the ceiling of an EP all-to-all, which one pair's copy (``link_ceiling_gbps``) does not give."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    part = A2A_BYTES // world
+    inp = torch.empty(world * part, dtype=torch.uint8, device=dev)
+    out = torch.empty_like(inp)
+    us = _time(lambda: dist.all_to_all_single(out, inp), args.iters, args.warmup)
+    return (world - 1) * part / (statistics.median(us) * 1e-6) / 1e9
 
 
 def _time(fn, iters: int, warmup: int, queued: bool = False) -> list[float]:
@@ -270,8 +284,11 @@ def shape_runs(args: argparse.Namespace) -> list[argparse.Namespace]:
             for h, e, k in shapes]
 
 
-def summarize(per_rank: list[list[dict]], ceiling: float, world: int,
+def summarize(per_rank: list[list[dict]], ceiling: float, a2a: float | None, world: int,
               shape: argparse.Namespace) -> list[dict]:
+    """One row per measured thing: rank 0's median with spread, the slowest rank's median, bytes,
+    GB/s and that as % of the link ceiling and of the all-to-all ceiling (``a2a``, none at W =
+    1)."""
     table = []
     for i, row in enumerate(per_rank[0]):
         us = row["us"]
@@ -284,6 +301,7 @@ def summarize(per_rank: list[list[dict]], ceiling: float, world: int,
                       "min_us": round(min(us), 1), "max_us": round(max(us), 1),
                       "slowest_rank_us": round(slowest, 1), "bytes_rank0": row["bytes"],
                       "GBps": round(gbps, 1), "pct_link": round(100 * gbps / ceiling, 1),
+                      "pct_a2a": round(100 * gbps / a2a, 1) if a2a else "",
                       "programs": row.get("programs") or ""})
     return table
 
@@ -318,22 +336,27 @@ def main() -> int:
     one = args.ranks == 1  # no link: the ceiling is a copy within the GPU, no NVSHMEM run
     ceiling = link_ceiling_gbps(peer=0 if one else 1)
     t0 = time.perf_counter()
+    # the slowest rank's rate: an all-to-all ends when its slowest sender does
+    a2a = None if one else min(run_ranks(a2a_ceiling_rank, args.ranks, args, pg_backend="nccl",
+                                         timeout_s=300))
     runs = shape_runs(args)
     table, notes = [], []
     for shape in runs:
         per_rank = run_ranks(bench_rank, args.ranks, shape, pg_backend="nccl", timeout_s=3000)
-        table += summarize(per_rank, ceiling, args.ranks, shape)
+        table += summarize(per_rank, ceiling, a2a, args.ranks, shape)
         if args.vdev and not one:
             vdev = run_ranks(vdev_rank, args.ranks, shape, pg_backend="nccl", timeout_s=300)
             if "error" in vdev[0][0]:
                 notes.append(f"torch all_to_all_vdev not measured: {vdev[0][0]['error']}")
             else:
-                table += summarize(vdev, ceiling, args.ranks, shape)
+                table += summarize(vdev, ceiling, a2a, args.ranks, shape)
     shapes = ", ".join(f"hidden {r.hidden} / {r.experts} experts / top-{r.top_k}" for r in runs)
     header = "; ".join([
         f"EP{args.ranks} on {torch.cuda.get_device_name(0)}, {shapes}, bf16",
         f"{'ceiling (copy within GPU0' if one else 'link ceiling (GPU0->GPU1 copy'}, 1 GiB) "
-        f"{ceiling:.0f} GB/s", f"{args.iters} iterations after {args.warmup} warm-up",
+        f"{ceiling:.0f} GB/s",
+        *([] if one else [f"all-to-all ceiling (NCCL, 1 GiB per rank) {a2a:.0f} GB/s per rank"]),
+        f"{args.iters} iterations after {args.warmup} warm-up",
         f"torch {torch.__version__}", f"{time.perf_counter() - t0:.0f} s", *dict.fromkeys(notes)])
     print(write_table(table, args.out / "results", header))
     first = runs[0]

@@ -1,4 +1,5 @@
-"""``benchmarks/bench_ep.py --shapes``: the sweep of model shapes, checked without a GPU."""
+"""``benchmarks/bench_ep.py`` without a GPU: the sweep of model shapes (``--shapes``), its table
+and the two ceilings its rates are given against, the GPU parts faked."""
 
 import argparse
 import importlib.util
@@ -46,8 +47,10 @@ def test_a_bad_shape_is_refused_before_anything_runs():
 
 def test_a_sweep_writes_one_table_with_each_rows_shape(bench_ep, monkeypatch, tmp_path):
     """``main`` over two shapes, the GPU parts replaced by fakes: one CSV / Markdown table whose rows
-    name their shape, the header naming both shapes."""
+    name their shape and rate against both ceilings, the header naming both shapes and ceilings."""
     def fake_ranks(fn, ranks, shape, **kwargs):
+        if fn is bench_ep.a2a_ceiling_rank:
+            return [300.0 + rank for rank in range(ranks)]
         rows = [{"tokens": 128, "maxvio": 0.0, "what": f"cuda/padded/sw {op} {shape.hidden}",
                  "bytes": shape.hidden * 2, "programs": 3, "us": [2.0, 1.0, 3.0]}
                 for op in ("dispatch", "combine")]
@@ -61,7 +64,11 @@ def test_a_sweep_writes_one_table_with_each_rows_shape(bench_ep, monkeypatch, tm
     assert bench_ep.main() == 0
     lines = (tmp_path / "results.csv").read_text().splitlines()
     assert lines[0].startswith("W,hidden,experts,top_k,tokens,maxvio,what,median_us")
+    assert lines[0].endswith(",GBps,pct_link,pct_a2a,programs")
     assert lines[1].startswith("2,2048,64,4,128,0.0,cuda/padded/sw dispatch 2048,2.0")
+    # 4096 bytes in 2 µs: 2.048 GB/s, against the slowest rank's 300 GB/s all-to-all
+    assert lines[1].endswith(",3.0,2.0,4096,2.0,2.0,0.7,3")
     assert lines[3].startswith("2,7168,256,8,128,0.0,cuda/padded/sw dispatch 7168,2.0")
     header = (tmp_path / "results.md").read_text().splitlines()[0]
     assert "hidden 2048 / 64 experts / top-4, hidden 7168 / 256 experts / top-8" in header
+    assert "all-to-all ceiling (NCCL, 1 GiB per rank) 300 GB/s per rank" in header
