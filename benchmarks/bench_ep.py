@@ -287,8 +287,8 @@ def shape_runs(args: argparse.Namespace) -> list[argparse.Namespace]:
 def summarize(per_rank: list[list[dict]], ceiling: float, a2a: float | None, world: int,
               shape: argparse.Namespace) -> list[dict]:
     """One row per measured thing: rank 0's median with spread, the slowest rank's median, bytes,
-    GB/s and that as % of the link ceiling and of the all-to-all ceiling (``a2a``, none at W =
-    1)."""
+    GB/s, and that rate as % of the link ceiling and of the all-to-all ceiling ``a2a`` (None on one
+    GPU)."""
     table = []
     for i, row in enumerate(per_rank[0]):
         us = row["us"]
