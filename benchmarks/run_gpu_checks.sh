@@ -3,7 +3,8 @@
 # stress, timeouts, CUDA graphs, wire images, profiling), then the side-by-side benchmark.
 #   benchmarks/run_gpu_checks.sh [part ...]     parts: exact, worlds, stress, bench, sweep (default: all)
 # exact: wire images, launches, and tests/test_cuda.py at W = 1 and 2 but the stress test; worlds:
-# the oracle matrix at W = 4 and 8; stress: the 2000-call stress tests; bench: bench_ep.py; sweep:
+# the oracle matrix at W = 4 and 8; stress: the 2000-call stress tests; bench: bench_ep.py, then
+# its targets read off the results (benchmarks/targets.py, into $OUT/targets.md); sweep:
 # bench_ep.py over other model shapes (SWEEP_SHAPES, HIDDEN:EXPERTS:TOP_K each) at 128 and 4096
 # tokens, uniform routing, the reference and the cuda backend in `sw` and `tff`.
 # Each group runs under its own time limit (LIMIT_S, default 300 s), so one stuck group cannot use up
@@ -57,7 +58,10 @@ for part in "${parts[@]}"; do
       # BENCH_ARGS: bench_ep.py options, word-split (say, "--tokens 16 128 512" in one call and
       # "--tokens 4096 8192" in the next on a machine lent for 10-minute calls)
       # shellcheck disable=SC2086
-      run bench env PYTHONPATH=. python3 benchmarks/bench_ep.py --vdev --out "$out/bench" ${BENCH_ARGS:-} ;;
+      run bench env PYTHONPATH=. python3 benchmarks/bench_ep.py --vdev --out "$out/bench" ${BENCH_ARGS:-}
+      # the targets this run measured, best mode each (docs/CUDA.md, "Where the time goes")
+      [ -f "$out/bench/results.csv" ] && python3 benchmarks/targets.py "$out/bench/results.csv" \
+        | tee "$out/targets.md" ;;
     sweep)
       # shellcheck disable=SC2086
       run sweep env PYTHONPATH=. python3 benchmarks/bench_ep.py --out "$out/sweep" --shapes $shapes \
