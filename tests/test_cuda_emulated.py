@@ -251,3 +251,18 @@ def test_a_wait_gives_up_once_its_rank_has_timed_out(monkeypatch):
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     run_ranks(queued_wait_gives_up, 1, timeout_s=120)
+
+
+@pytest.mark.parametrize(("sync", "per_token"), [("tff", 2), ("sp", 1)])
+def test_combine_reducers_fit_the_calls_tokens(sync, per_token):
+    """A combine launches reducers for its own call's tokens, not for the buffer's largest call: two
+    per token (one in sp) up to the receivers the buffer has, and one for a call without tokens
+    (it publishes the ack)."""
+    # rows of two steps (2080 fp32 elements), so that two receivers share each of the 128 items
+    case = Case(tokens=(64, 64), hidden=2080, num_experts=8, top_k=2, dtype="fp32", sync=sync,
+                layout="padded")
+    backend = emulated_backends(case)[0]
+    assert backend.receivers == 256
+    for tokens, reducers in ((64, 64 * per_token), (5, 5 * per_token), (0, 1)):
+        assert backend._combine_workers(tokens).recv == reducers
+    assert backend._combine_workers(64).send == backend._combine_workers(0).send

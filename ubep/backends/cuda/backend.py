@@ -406,10 +406,21 @@ class CudaBackend(Backend):
         return workers
 
     def _combine_workers(self, num_tokens: int) -> Workers:
+        """The combine's senders move back the rows this rank received (up to the buffer's size:
+        the peers' token counts are not known here); its reducers take this rank's own
+        ``num_tokens`` tokens, so a call needs no more of them than ``_reducer_parts`` per token
+        (an idle reducer still holds an SM slot, waits, and counts itself for the ack), and at
+        least one, which publishes the ack."""
         cfg = self.config
         send = min(cfg.world_size * cfg.max_tokens_per_rank,
                    MAX_COMBINE_SEND if self.splits is None else self._senders(0))
-        return Workers(0, send, self.receivers, verify=self._verifiers(num_tokens))
+        recv = max(1, min(self.receivers, self._reducer_parts() * num_tokens))
+        return Workers(0, send, recv, verify=self._verifiers(num_tokens))
+
+    def _reducer_parts(self) -> int:
+        """Combine reducers that may share a token: ``RECV_PARTS``, but in ``sp``, whose reducers
+        take whole tokens (sharing cost its kernel registers: see ``RECV_PARTS``)."""
+        return 1 if self.config.sync == "sp" else RECV_PARTS
 
     def _widest(self, workers: Workers, writers_extra: int) -> int:
         """Programs of the widest launch of an operation of ``workers``; ``writers_extra``: programs
@@ -486,8 +497,8 @@ class CudaBackend(Backend):
         cfg = self.config
         elem = rows_RF.element_size()
         meta = row_meta(cfg.sync, rows_RF.shape[1], elem, num_tokens)
-        # sp's reducers take whole tokens (RECV_PARTS)
-        shared = cfg.sync != "sp" and workers.recv >= RECV_PARTS * num_tokens
+        parts = self._reducer_parts()
+        shared = parts > 1 and workers.recv >= parts * num_tokens
         split = workers.split(cfg.world_size)
         # a returned-rows step: tokens of one partial sum each, or of K_BLOCK pair rows each
         most = RETURNED_ROWS if partial else RETURNED_ROWS // self.k_block
