@@ -135,15 +135,17 @@ def bench_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
             case = {"tokens": tokens, "maxvio": maxvio}
             wire = _wire(idx, rank, world, args)
             for backend, sync, layout, sms in _variants(args):
-                if layout == "padded" and tokens > PADDED_MAX_TOKENS:
+                if layout == "padded" and max(tokens, args.buffer_tokens) > PADDED_MAX_TOKENS:
                     continue
                 buf = ubep.Buffer(hidden=args.hidden, num_experts=args.experts, top_k=args.top_k,
-                                  max_tokens_per_rank=tokens, dtype=torch.bfloat16,
+                                  max_tokens_per_rank=max(tokens, args.buffer_tokens),
+                                  dtype=torch.bfloat16,
                                   backend=backend, layout=layout, sync=sync, check_inputs=False,
                                   num_sms=sms)
                 res = buf.dispatch(x, idx, w)
                 name = f"{backend}/{layout}" + (f"/{sync}" if backend == "cuda" else "") \
-                    + (f"/sms{sms}" if sms else "")
+                    + (f"/sms{sms}" if sms else "") \
+                    + (f"/buf{args.buffer_tokens}" if args.buffer_tokens > tokens else "")
                 programs = (buf._backend.programs(tokens), buf._backend.combine_programs(tokens)) \
                     if backend == "cuda" else (None, None)
                 rows.append({**case, "what": f"{name} dispatch", "bytes": wire.total_bytes,
@@ -317,6 +319,9 @@ def main() -> int:
     p.add_argument("--shapes", type=parse_shape, nargs="+", metavar="H:E:K",
                    help="model shapes to sweep, each HIDDEN:EXPERTS:TOP_K (replace --hidden, "
                         "--experts, --top-k)")
+    p.add_argument("--buffer-tokens", type=int, default=0,
+                   help="size every buffer for at least this many tokens per rank (a decode step "
+                        "smaller than the batch the buffer was made for); rows then name it")
     p.add_argument("--layouts", nargs="+", default=["compact", "padded"])
     p.add_argument("--backends", nargs="+", default=["reference", "cuda"],
                    help="the reference comes first: its handle counts the bytes")
