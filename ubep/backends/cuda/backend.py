@@ -409,8 +409,8 @@ class CudaBackend(Backend):
         """The combine's senders move back the rows this rank received (up to the buffer's size:
         the peers' token counts are not known here); its reducers take this rank's own
         ``num_tokens`` tokens, so a call needs no more of them than ``_reducer_parts`` per token
-        (an idle reducer still holds an SM slot, waits, and counts itself for the ack), and at
-        least one, which publishes the ack."""
+        (an idle reducer still holds an SM slot, waits for the record in ``sw`` or the verifiers in
+        ``dc``, and counts itself for the ack), and at least one, which publishes the ack."""
         cfg = self.config
         send = min(cfg.world_size * cfg.max_tokens_per_rank,
                    MAX_COMBINE_SEND if self.splits is None else self._senders(0))
