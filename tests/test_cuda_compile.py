@@ -162,17 +162,20 @@ def _resources(cubin: bytes) -> dict:
 
 
 @pytest.mark.parametrize("mode", sorted(COMBINE_REGISTERS))
-def test_combine_fits_its_register_budget(mode):
+@pytest.mark.parametrize(("partial", "tokens", "parts"), [(False, 4096, 1), (True, 128, 2)])
+def test_combine_fits_its_register_budget(mode, partial, tokens, parts):
     """A budget that makes ptxas spill a reducer's row tile to the stack costs more than the second
-    program per SM it buys: the budgeted combine kernels (source reduction, top-8 rows of 7168
-    bf16, a 4096-token call) keep at most 64 bytes on the stack."""
-    rows = row_meta(mode, 7168, 2, 4096)
+    program per SM it buys: the budgeted combine kernels at W = 2 (top-8 rows of 7168 bf16: the
+    source reduction of a 4096-token call, and the partial sums of a 128-token call with two
+    reducers per token) keep at most 64 bytes on the stack (`sw`'s partial sums: 16)."""
+    rows = row_meta(mode, 7168, 2, tokens)
+    r_block = 2 if partial else 8  # a token's rows: W partial sums, or its K pair rows
     constants = {"WORLD": 2, "W_BLOCK": 2, "E_LOCAL": 128, "TOP_K": 8, "K_BLOCK": 8,
-                 **_mode(mode, torch.bfloat16), "PARTIAL": False, "WEIGHTED": False,
-                 "SUM_WEIGHTED": True, "GATHER": False, "VERIFY": mode == "dc", "SPLIT": 8, "FINAL": True,
-                 "VERIFY_STEP": RETURNED_ROWS // 8,
-                 "PROFILE": False, **rows, "ROWS": min(8, step_rows(rows)), "R_BLOCK": 8,
-                 "RCB": reduce_step_blocks(rows, 8), "RECV_PARTS": 1}
+                 **_mode(mode, torch.bfloat16), "PARTIAL": partial, "WEIGHTED": partial,
+                 "SUM_WEIGHTED": not partial, "GATHER": False, "VERIFY": mode == "dc", "SPLIT": 8,
+                 "FINAL": True, "VERIFY_STEP": RETURNED_ROWS // 8,
+                 "PROFILE": False, **rows, "ROWS": min(8, step_rows(rows)), "R_BLOCK": r_block,
+                 "RCB": reduce_step_blocks(rows, r_block), "RECV_PARTS": parts}
     budget = COMBINE_REGISTERS[mode]
     used = _resources(_build(ck.combine, POINTERS["combine"], constants, budget).asm["cubin"])
     assert used["REG"] <= budget and used["STACK"] <= 64, used
