@@ -134,18 +134,18 @@ def bench_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
             x, idx, w = _routing(rank, tokens, maxvio, args, dev)
             case = {"tokens": tokens, "maxvio": maxvio}
             wire = _wire(idx, rank, world, args)
+            capacity = max(tokens, args.buffer_tokens)  # the buffer's tokens per rank
             for backend, sync, layout, sms in _variants(args):
-                if layout == "padded" and max(tokens, args.buffer_tokens) > PADDED_MAX_TOKENS:
+                if layout == "padded" and capacity > PADDED_MAX_TOKENS:
                     continue
                 buf = ubep.Buffer(hidden=args.hidden, num_experts=args.experts, top_k=args.top_k,
-                                  max_tokens_per_rank=max(tokens, args.buffer_tokens),
-                                  dtype=torch.bfloat16,
+                                  max_tokens_per_rank=capacity, dtype=torch.bfloat16,
                                   backend=backend, layout=layout, sync=sync, check_inputs=False,
                                   num_sms=sms)
                 res = buf.dispatch(x, idx, w)
                 name = f"{backend}/{layout}" + (f"/{sync}" if backend == "cuda" else "") \
                     + (f"/sms{sms}" if sms else "") \
-                    + (f"/buf{args.buffer_tokens}" if args.buffer_tokens > tokens else "")
+                    + (f"/buf{capacity}" if capacity > tokens else "")
                 programs = (buf._backend.programs(tokens), buf._backend.combine_programs(tokens)) \
                     if backend == "cuda" else (None, None)
                 rows.append({**case, "what": f"{name} dispatch", "bytes": wire.total_bytes,

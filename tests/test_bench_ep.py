@@ -2,7 +2,6 @@
 and the two ceilings its rates are given against, the GPU parts faked."""
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
@@ -10,15 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_benchmark
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def bench_ep():
-    spec = importlib.util.spec_from_file_location("bench_ep", ROOT / "benchmarks" / "bench_ep.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_ep")
 
 
 def test_a_shape_is_hidden_experts_top_k(bench_ep):

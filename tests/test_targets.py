@@ -1,22 +1,19 @@
 """``benchmarks/targets.py`` reads the fast path's targets off a ``bench_ep.py`` results.csv."""
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import load_benchmark
+
 COLUMNS = ["W", "hidden", "experts", "top_k", "tokens", "maxvio", "what", "median_us", "pct_link",
            "pct_a2a"]
 
 
 @pytest.fixture(scope="module")
 def targets():
-    spec = importlib.util.spec_from_file_location("targets", ROOT / "benchmarks" / "targets.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("targets")
 
 
 def _csv(path: Path, world: int, rows: list[tuple]) -> Path:
