@@ -59,6 +59,12 @@ CASES = [
     Case(tokens=(2, 3), hidden=2080, num_experts=4, top_k=2, dtype="fp32", layout="padded",
          sync="sp", seed=14),
     Case(tokens=(3, 2), hidden=2080, num_experts=4, top_k=2, dtype="fp32", sync="dc", seed=15),
+    # top-12 in tff: more pairs per token than a reducer takes at once (REDUCE_ROWS), in groups of
+    # 8, the second partly empty; top-16 in sp: one tile of 16 rows, and their markers reset
+    Case(tokens=(5, 3), hidden=24, num_experts=16, top_k=12, dtype="fp32", sync="tff", drop=0.25,
+         seed=16),
+    Case(tokens=(4, 5), hidden=40, num_experts=16, top_k=16, dtype="fp16", layout="padded",
+         sync="sp", seed=17),
 ]
 # sp rows holding the sentinel: fp32 rows of 2 blocks, fp16 rows of 3 (the last one padded)
 SENTINEL_CASES = [

@@ -23,6 +23,9 @@ def cases_for(world: int) -> list[Case]:
         Case(tokens=tuple(t + 8 for t in tokens), hidden=200, num_experts=experts, top_k=8,
              dtype="bf16", layout="padded", maxvio=1.0, seed=3, max_tokens=24),
         Case(tokens=(0,) * world, hidden=24, num_experts=experts, top_k=2, seed=4, max_tokens=3),
+        # top-16, the largest top-k: more rows per token than a cuda combine reducer takes at once
+        Case(tokens=tuple(t + 3 for t in tokens), hidden=136, num_experts=world * -(-16 // world),
+             top_k=16, dtype="bf16", seed=5),
     ]
 
 

@@ -76,6 +76,13 @@ MIN_TILE_BLOCKS = NUM_WARPS * 32 * 16 // wire.BLOCK_BYTES
 # and two programs fit: its 4096-token source combine took 483 µs instead of 643. The sp kernel
 # (245) spills hundreds of bytes at 128: left alone.
 COMBINE_REGISTERS = {"sw": 128, "tff": 128}
+# Rows of one token a tff combine reducer takes as one tile (more rows, top-16, in groups of this
+# many): a tile of 16 rows put 712 bytes of the kernel on the stack under its register budget, and
+# top-16 source combines took twice as long as in sw; in groups of 8, 1.6-1.9x less at 128 and 4096
+# tokens. sw and sp (no spill of note) got up to 19 % slower in groups: they take all rows at once.
+# Fewer blocks per row instead (RCB 16 or 8 with 16 rows) made every mode 2.4-19x slower (W = 1,
+# H200, session 30).
+REDUCE_ROWS = 8
 # Programs per group: lower ids are scheduled first and never wait on higher ones, so a grid larger
 # than the GPU holds at once still completes.
 MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
@@ -140,6 +147,13 @@ def reduce_step_blocks(meta: dict, rows: int) -> int:
     """Blocks of each of a token's ``rows`` rows a combine reducer takes per step (``RCB``): all of
     them as one tile of at most ``SEND_TILE_BYTES``, never fewer than ``MIN_TILE_BLOCKS``."""
     return max(MIN_TILE_BLOCKS, min(meta["CB"], SEND_TILE_BYTES // (rows * wire.BLOCK_BYTES)))
+
+
+def reduce_rows(sync: str, rows: int) -> int:
+    """A combine reducer's tile of a token's ``rows`` rows (``R_BLOCK``: its W partial sums or K
+    pair rows): a power of two, at least 2 lanes, and in ``tff`` at most ``REDUCE_ROWS``."""
+    r_block = pow2_at_least(max(rows, 2))
+    return min(r_block, REDUCE_ROWS) if sync == "tff" else r_block
 
 
 def recv_parts(receivers: int, items: int, blocks: int, step_blocks: int) -> int:
@@ -519,8 +533,7 @@ class CudaBackend(Backend):
         """The combine kernel's compile-time constants for one launch variant; ``shared``: there are
         ``RECV_PARTS`` reducers per token."""
         cfg = self.config
-        # a token's rows for its reducer: W partial sums or K pair rows (at least 2 lanes)
-        r_block = pow2_at_least(max(cfg.world_size if partial else cfg.top_k, 2))
+        r_block = reduce_rows(cfg.sync, cfg.world_size if partial else cfg.top_k)
         rcb = reduce_step_blocks(meta, r_block)
         parts = RECV_PARTS if shared and _parts_divide(meta["NB"], rcb) else 1
         return Constants(

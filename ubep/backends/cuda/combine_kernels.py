@@ -125,6 +125,31 @@ def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, 
 
 
 @triton.jit
+def _row_group(t, h: tl.constexpr, idx_ptr, w_ptr, sent_ptr, tokens_max, WORLD: tl.constexpr,
+               E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, R_BLOCK: tl.constexpr,
+               RCB: tl.constexpr, PARTIAL: tl.constexpr):
+    """Rows ``h .. h + R_BLOCK - 1`` of token ``t``: its ranks' partial sums (``PARTIAL``) or its
+    pairs' rows. ``(valid, slots, peers, weights)``, ``[R_BLOCK]`` each (``weights`` zeros with
+    ``PARTIAL``), and ``slot_at``, each block-row's slot ``[R_BLOCK * RCB, 1]`` (from a range:
+    Triton then sees that rows start on 128-byte blocks)."""
+    ks = h + tl.arange(0, R_BLOCK)
+    if PARTIAL:
+        valid = tl.load(sent_ptr + ks * tokens_max + t, mask=ks < WORLD, other=0) != 0
+        slots = ks * tokens_max + t
+        peers = tl.where(valid, ks, 0)
+        weights = tl.zeros([R_BLOCK], dtype=tl.float32)
+        slot_at = (h + tile_rows(RCB, R_BLOCK)) * tokens_max + t
+    else:
+        ids = tl.load(idx_ptr + t * TOP_K + ks, mask=ks < TOP_K, other=-1)
+        valid = ids >= 0
+        slots = t * TOP_K + ks
+        peers = tl.where(valid, ids // E_LOCAL, 0)
+        weights = tl.load(w_ptr + t * TOP_K + ks, mask=valid, other=0.0)
+        slot_at = t * TOP_K + h + tile_rows(RCB, R_BLOCK)
+    return valid, slots, peers, weights, slot_at
+
+
+@triton.jit
 def _reduce_token(t, part, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_ptr, slot, epoch,
                   tokens_max, deadline, err_addr, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
                   TOP_K: tl.constexpr, R_BLOCK: tl.constexpr, HIDDEN: tl.constexpr,
@@ -132,61 +157,68 @@ def _reduce_token(t, part, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_pt
                   RCB: tl.constexpr, PARTS: tl.constexpr, MODE: tl.constexpr,
                   SENTINEL: tl.constexpr, PARTIAL: tl.constexpr, WEIGHTED: tl.constexpr,
                   GATHER: tl.constexpr):
-    """Token ``t``'s rows (``R_BLOCK >=`` its ``W`` or ``K`` rows), waited for and summed (or
-    gathered) into ``y``, ``RCB`` blocks of every row per step: the step's chunks of all the rows
-    are taken as one tile (their loads in flight together, each row checked), then each row's
-    chunk is picked out of the tile in registers and summed in ascending order. Waiting for each
-    row before loading the next cost one load latency per row; loading them again after the wait
-    read every row twice. ``deadline`` (ns) ends every row wait of the reducer's tokens. Part
-    ``part`` of ``PARTS`` takes steps ``part, part + PARTS, ..`` (several reducers share a token)."""
-    ks = tl.arange(0, R_BLOCK)
+    """Token ``t``'s rows (its ``W`` or ``K``), waited for and summed (or gathered) into ``y``,
+    ``RCB`` blocks of every row per step: the step's chunks of ``R_BLOCK`` rows at a time are
+    taken as one tile (their loads in flight together, each row checked), then each row's chunk
+    is picked out of the tile in registers and summed in ascending order. Waiting for each row
+    before loading the next cost one load latency per row; loading them again after the wait read
+    every row twice; a tile of 16 rows (top-16) spilled the ``tff`` kernel (``REDUCE_ROWS``).
+    ``deadline`` (ns) ends every row wait of the reducer's tokens. Part ``part`` of ``PARTS``
+    takes steps ``part, part + PARTS, ..`` (several reducers share a token)."""
+    kr = tl.arange(0, R_BLOCK)
     row_elems: tl.constexpr = NB * BE
     dt: tl.constexpr = y_ptr.dtype.element_ty
-    if PARTIAL:
-        num: tl.constexpr = WORLD
-        valid = tl.load(sent_ptr + ks * tokens_max + t, mask=ks < WORLD, other=0) != 0
-        slots = ks * tokens_max + t
-        peers = tl.where(valid, ks, 0)
-        # per block-row, from a range: Triton then sees that rows start on 128-byte blocks
-        slot_at = tile_rows(RCB, R_BLOCK) * tokens_max + t
-    else:
-        num: tl.constexpr = TOP_K
-        ids = tl.load(idx_ptr + t * TOP_K + ks, mask=ks < TOP_K, other=-1)
-        valid = ids >= 0
-        slots = t * TOP_K + ks
-        peers = tl.where(valid, ids // E_LOCAL, 0)
-        weights = tl.load(w_ptr + t * TOP_K + ks, mask=valid, other=0.0)
-        slot_at = t * TOP_K + tile_rows(RCB, R_BLOCK)
-    live_at = per_block_row(valid.to(tl.int32), RCB, R_BLOCK) != 0
+    num: tl.constexpr = WORLD if PARTIAL else TOP_K
     us = tl.arange(0, R_BLOCK)[:, None, None]
+    # one group (most calls): its rows once per token, a reload per step made 4096-token source
+    # combines 6-19 % slower; several: each group's per step, holding the first group's across the
+    # steps put 296 bytes on the stack where reloading it put 24
+    one: tl.constexpr = num <= R_BLOCK
+    if one:
+        valid0, slots0, peers0, weights0, slot_at0 = _row_group(t, 0, idx_ptr, w_ptr, sent_ptr,
+                                                                tokens_max, WORLD, E_LOCAL, TOP_K,
+                                                                R_BLOCK, RCB, PARTIAL)
+        live_at0 = per_block_row(valid0.to(tl.int32), RCB, R_BLOCK) != 0
     tl.static_assert((NB + RCB - 1) // RCB % PARTS == 0, "the parts must divide a row's steps")
     for step in range(0, tl.cdiv(NB, RCB) // PARTS):
         c = part_step(step, part, PARTS)
-        bits, p_off, is_payload = take_tiles(back_local + slot_at.to(tl.int64) * row_elems, c, epoch,
-                                             deadline, err_addr, sync.WAIT_ROWS, peers, slot_at,
-                                             rec_local + (slot * WORLD + peers) * 2, live_at, HIDDEN,
-                                             BE, FE, NB, RCB, R_BLOCK, MODE, SENTINEL)
-        if GATHER:
-            y_at = y_ptr + (t * TOP_K + tile_rows(RCB, R_BLOCK)).to(tl.int64) * HIDDEN
-            tl.store(y_at + p_off, bits.to(dt, bitcast=True), mask=is_payload & live_at)
-        else:
-            by_row = tl.reshape(bits, (R_BLOCK, RCB, BE))
-            _, p_row, is_row_payload, _ = tile(c, HIDDEN, BE, FE, NB, RCB, 1)
-            acc = tl.zeros(p_row.shape, dtype=tl.float32)
-            for j in tl.static_range(num):
-                # row j's chunk, exactly: a sum of its integer image and zeros (the row index is a
-                # register's, so the compiler keeps just row j's registers)
-                o = tl.sum(tl.where(us == j, by_row, 0), 0).to(bits.dtype)
-                o = o.to(dt, bitcast=True).to(tl.float32)
-                if WEIGHTED:
-                    o = _mul(o, lane(weights, ks, j))
-                acc = tl.where(lane(valid.to(tl.int32), ks, j) != 0, _add(acc, o), acc)
+        _, p_row, is_row_payload, _ = tile(c, HIDDEN, BE, FE, NB, RCB, 1)
+        acc = tl.zeros(p_row.shape, dtype=tl.float32)
+        for h in tl.static_range(0, num, R_BLOCK):
+            if one:
+                valid, peers, weights, slot_at, live_at = valid0, peers0, weights0, slot_at0, live_at0
+            else:
+                valid, _, peers, weights, slot_at = _row_group(t, h, idx_ptr, w_ptr, sent_ptr,
+                                                               tokens_max, WORLD, E_LOCAL, TOP_K,
+                                                               R_BLOCK, RCB, PARTIAL)
+                live_at = per_block_row(valid.to(tl.int32), RCB, R_BLOCK) != 0
+            bits, p_off, is_payload = take_tiles(back_local + slot_at.to(tl.int64) * row_elems, c,
+                                                 epoch, deadline, err_addr, sync.WAIT_ROWS, peers,
+                                                 slot_at, rec_local + (slot * WORLD + peers) * 2,
+                                                 live_at, HIDDEN, BE, FE, NB, RCB, R_BLOCK, MODE,
+                                                 SENTINEL)
+            if GATHER:
+                y_at = y_ptr + (t * TOP_K + h + tile_rows(RCB, R_BLOCK)).to(tl.int64) * HIDDEN
+                tl.store(y_at + p_off, bits.to(dt, bitcast=True), mask=is_payload & live_at)
+            else:
+                by_row = tl.reshape(bits, (R_BLOCK, RCB, BE))
+                for u in tl.static_range(R_BLOCK):
+                    if h + u < num:
+                        # row u's chunk, exactly: a sum of its integer image and zeros (the row
+                        # index is a register's, so the compiler keeps just row u's registers)
+                        o = tl.sum(tl.where(us == u, by_row, 0), 0).to(bits.dtype)
+                        o = o.to(dt, bitcast=True).to(tl.float32)
+                        if WEIGHTED:
+                            o = _mul(o, lane(weights, kr, u))
+                        acc = tl.where(lane(valid.to(tl.int32), kr, u) != 0, _add(acc, o), acc)
+        if not GATHER:
             tl.store(y_ptr + t.to(tl.int64) * HIDDEN + p_row, acc.to(dt), mask=is_row_payload)
     if MODE == SP:
+        tl.static_assert(one, "sp's reducers take all of a token's rows at once")
         tl.debug_barrier()  # every thread has read the rows before their markers change
-        for j in tl.static_range(num):
-            if lane(valid.to(tl.int32), ks, j) != 0:
-                wire = back_local + lane(slots, ks, j).to(tl.int64) * row_elems
+        for u in tl.static_range(num):
+            if lane(valid0.to(tl.int32), kr, u) != 0:
+                wire = back_local + lane(slots0, kr, u).to(tl.int64) * row_elems
                 ck.reset_markers(wire, part, SENTINEL, NB, NB_BLOCK, RCB, PARTS)
 
 
@@ -219,8 +251,7 @@ def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptr
                  SUM_WEIGHTED: tl.constexpr, GATHER: tl.constexpr, VERIFY: tl.constexpr,
                  PROFILE: tl.constexpr):
     """Reducer ``j`` of ``n_recv``: part ``j % RECV_PARTS`` of tokens ``j // RECV_PARTS``, then
-    every ``n_recv // RECV_PARTS``-th, ``R_BLOCK`` rows each at most, in steps of ``RCB``
-    blocks."""
+    every ``n_recv // RECV_PARTS``-th, ``R_BLOCK`` rows at a time, in steps of ``RCB`` blocks."""
     if MODE == SW:
         sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
         sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, WORLD,
@@ -261,10 +292,10 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     only) ``SPLIT`` verify per rank (``VERIFY_STEP`` tokens a step of a share), then ``n_recv``
     reduce; ``FINAL``: this launch ends the call (a combine may run as a send launch, then a reduce
     launch). ``ROWS``: pairs' rows a ``reduce="source"`` sender moves per step (a power of two, at
-    most ``K_BLOCK``). ``R_BLOCK``: a token's rows a reducer takes at once (a power of two, ``>= W``
-    with ``PARTIAL``, else ``>= K``), ``RCB`` blocks of each per step. ``RECV_PARTS``: reducers per
-    token (1, or 2 where there are at least twice as many reducers as tokens: each then takes every
-    other step of one token).
+    most ``K_BLOCK``). ``R_BLOCK``: a token's rows a reducer takes at once (a power of two; a token
+    with more, ``W`` with ``PARTIAL``, else ``K``, is taken in groups of ``R_BLOCK``), ``RCB``
+    blocks of each per step. ``RECV_PARTS``: reducers per token (1, or 2 where there are at least
+    twice as many reducers as tokens: each then takes every other step of one token).
 
     Expert side: ``out [rows, H]`` (and the same memory as integers, ``out_bits``), the dispatch's
     ``rows`` / ``pair_w [W, T_max, K]``. Source side: ``idx`` / ``w [T * K]``, ``sent [W, T_max]``,
