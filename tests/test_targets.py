@@ -90,3 +90,11 @@ def test_a_csv_without_target_rows_is_refused(targets, tmp_path, monkeypatch, ca
     monkeypatch.setattr("sys.argv", ["targets.py", str(path)])
     assert targets.main() == 2
     assert "no rows of hidden 7168" in capsys.readouterr().err
+
+
+def test_a_one_gpu_run_says_it_has_no_targets(targets, tmp_path, monkeypatch, capsys):
+    path = _csv(tmp_path / "ep1.csv", 1, [(128, "cuda/padded/sw queued graph dispatch", 17.0, 0.0,
+                                           "")])
+    monkeypatch.setattr("sys.argv", ["targets.py", str(path)])
+    assert targets.main() == 0
+    assert capsys.readouterr().out.strip() == "No targets at EP1: they are set at EP2 and EP8."
