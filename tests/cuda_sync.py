@@ -1,7 +1,8 @@
 """Checks of the CUDA backend's synchronization helpers (``ubep.backends.cuda.sync``, and the ``dc``
-verifiers' shares in ``records``) through Triton's interpreter on the CPU, each a rank function of
-``ubep.launch.run_ranks`` run in a process whose environment had ``TRITON_INTERPRET=1`` before
-Triton was imported (tests/test_cuda_emulated.py)."""
+verifiers' shares in ``records``), and of its receivers' zeroing of padding weights, through
+Triton's interpreter on the CPU, each a rank function of ``ubep.launch.run_ranks`` run in a process
+whose environment had ``TRITON_INTERPRET=1`` before Triton was imported
+(tests/test_cuda_emulated.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ubep.backends.cuda import records, sync, verify
+from ubep.backends.cuda import dispatch_kernels, records, sync, verify
 
 
 @triton.jit
@@ -135,3 +136,28 @@ def verify_rounds(_rank: int, _world: int) -> None:
     assert settle(1, 0, 0) == [1, 0, 0]
     state[records.ACC.value + 3 * world + source] = epoch  # verified: the others leave
     assert settle(1, 0, 0) == [0, 0, 0]
+
+
+@triton.jit
+def _zero_padding(out_w_ptr, recv_w_ptr, count_ptr, slot, capacity, WORLD: tl.constexpr,
+                  E_LOCAL: tl.constexpr):
+    dispatch_kernels._zero_padding(out_w_ptr, recv_w_ptr, count_ptr, slot, tl.program_id(0),
+                                   tl.num_programs(0), capacity, WORLD, E_LOCAL)
+
+
+def padding_zeroed_in_spans(_rank: int, _world: int) -> None:
+    """The padded layout's padding weights, zeroed by two receivers in spans of ``PAD_STEP``
+    entries: 4 local experts of 700 rows (2800 entries, several spans per receiver) holding 5, 0,
+    700 and 13 rows, the sums of two sources' counts in slot 1 (slot 0 holds other counts).
+    Exactly the padding rows' weights become 0 in both outputs; the rest keep theirs."""
+    capacity, world, slot = 700, 2, 1
+    counts = torch.tensor([[[9, 9, 9, 9, 0], [9, 9, 9, 9, 0]],  # slot 0, ignored
+                           [[2, 0, 300, 13, 0], [3, 0, 400, 0, 0]]])  # [slot, source, E + 1]
+    totals = counts[slot].sum(0)[:-1]
+    experts = totals.numel()
+    assert experts * capacity > 4 * dispatch_kernels.PAD_STEP.value  # receivers with two spans
+    out_w, recv_w = torch.full((2, experts * capacity), 7.0).unbind(0)
+    _zero_padding[(2,)](out_w, recv_w, counts, slot, capacity, WORLD=world, E_LOCAL=experts)
+    padding = torch.arange(capacity).repeat(experts) >= totals.repeat_interleave(capacity)
+    want = torch.where(padding, 0.0, 7.0)
+    assert torch.equal(out_w, want) and torch.equal(recv_w, want), (out_w, recv_w)

@@ -109,6 +109,13 @@ def test_emulated_dc_verifiers_may_change_between_calls(monkeypatch):
               timeout_s=600)
 
 
+def test_padding_weights_are_zeroed_in_spans(monkeypatch):
+    from tests.cuda_sync import padding_zeroed_in_spans
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    run_ranks(padding_zeroed_in_spans, 1, timeout_s=600)
+
+
 def test_dc_shares_add_up(monkeypatch):
     """The last ``dc`` verifier's sum over the shares of its call and source, mod 2**32, and not
     ready while a share is of another call."""

@@ -34,7 +34,7 @@ from ubep.backends.cuda.counting import count_role
 from ubep.backends.cuda.kernels import any_true, lane, part_step, symmetric_base
 from ubep.backends.cuda.wire import DC, SP, per_block_row, put_tile, take_tiles, tile, tile_rows
 
-PAD_STEP = tl.constexpr(1024)  # padding weights a receiver zeroes per store (4 per thread)
+PAD_STEP = tl.constexpr(256)  # padding weights a receiver zeroes per store (1 per thread)
 
 
 @triton.jit
@@ -94,12 +94,11 @@ def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, 
 @triton.jit
 def _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
               W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr):
-    """``(total, base)``: the rows per local expert, ``[L_BLOCK]``, and ``base[s * L_BLOCK + l]``, the
-    first receive row of source ``s``'s pairs for local expert ``l`` (``ubep.layout.row_base``),
-    ``[W_BLOCK * L_BLOCK]``, kept in registers: a table in memory would cost its receivers a store,
-    a barrier and a load on the way to each row. Receive program 0 also writes
-    ``tokens_per_expert [E_LOCAL]`` and their sum after them (the compact output's rows: the host
-    reads one word instead of launching a sum)."""
+    """``base [W_BLOCK * L_BLOCK]``: ``base[s * L_BLOCK + l]`` is the first receive row of source
+    ``s``'s pairs for local expert ``l`` (``ubep.layout.row_base``), kept in registers: a table in
+    memory would cost its receivers a store, a barrier and a load on the way to each row. Receive
+    program 0 also writes ``tokens_per_expert [E_LOCAL]`` and their sum after them (the compact
+    output's rows: the host reads one word instead of launching a sum)."""
     s = tl.arange(0, W_BLOCK)[:, None]
     loc = tl.arange(0, L_BLOCK)[None, :]
     valid = (s < WORLD) & (loc < E_LOCAL)
@@ -112,29 +111,38 @@ def _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD: tl.constexpr, E_LO
         lanes = tl.arange(0, L_BLOCK)
         tl.store(tpe_ptr + lanes, total, mask=lanes < E_LOCAL)
         tl.store(tpe_ptr + E_LOCAL, tl.sum(total, 0))
-    return total, tl.reshape(base, [W_BLOCK * L_BLOCK])
+    return tl.reshape(base, [W_BLOCK * L_BLOCK])
 
 
 @triton.jit
-def _zero_padding(out_w_ptr, recv_w_ptr, total, j, n_recv, capacity, E_LOCAL: tl.constexpr,
-                  L_BLOCK: tl.constexpr):
-    """Padded layout (``capacity > 0``): the weights of local expert ``e``'s padding rows,
-    ``[total[e], capacity)``, set to 0 in both weight outputs, by receiver ``j`` for experts ``j,
-    j + n_recv, ..``. In the kernel, not a memset before it: a CUDA graph of a decode dispatch
-    then holds one kernel."""
-    lanes = tl.arange(0, L_BLOCK)
+def _zero_padding(out_w_ptr, recv_w_ptr, count_local, slot, j, n_recv, capacity,
+                  WORLD: tl.constexpr, E_LOCAL: tl.constexpr):
+    """Padded layout (``capacity > 0``): the weights of local expert ``e``'s padding rows, from its
+    row count (the sum of the sources' counts) to ``capacity``, set to 0 in both weight outputs.
+    The ``E_LOCAL * capacity`` entries go in spans of ``PAD_STEP``, span ``n_recv - 1 - j`` and
+    every ``n_recv``-th after it to receiver ``j``: the last receivers, whose items a small call
+    leaves empty, take them first, and no receiver walks expert by expert (a 16-token buffer's 32
+    receivers took 8 experts each: BENCHMARKS.md, session 31). Each entry's count is loaded (the
+    counts have arrived; a gather from the receiver's ``[L_BLOCK]`` row totals spilled in ``sp``).
+    In the kernel, not a memset before it: a CUDA graph of a decode dispatch then holds one
+    kernel."""
     offs = tl.arange(0, PAD_STEP)
     zeros = tl.zeros([PAD_STEP], dtype=tl.float32)
-    e = tl.where(capacity > 0, j, E_LOCAL)  # the compact layout has no padding
-    while e < E_LOCAL:
-        pos = tl.sum(tl.where(lanes == e, total, 0), 0).to(tl.int64)
-        while pos < capacity:
-            at = e.to(tl.int64) * capacity + pos + offs
-            live = pos + offs < capacity
-            tl.store(out_w_ptr + at, zeros, mask=live)
-            tl.store(recv_w_ptr + at, zeros, mask=live)
-            pos += PAD_STEP
-        e += n_recv
+    # int64: the entries may come near 2**31 (config.MAX_ROWS), and a span start past them with it
+    entries = E_LOCAL * capacity.to(tl.int64)  # 0 in the compact layout, which has no padding
+    start = (n_recv - 1 - j).to(tl.int64) * PAD_STEP
+    while start < entries:
+        at = start + offs
+        live = at < entries
+        e = tl.where(live, at // tl.maximum(capacity, 1), 0)
+        rows = tl.zeros([PAD_STEP], dtype=tl.int64)
+        for s in tl.static_range(WORLD):
+            rows += tl.load(count_local + (slot * WORLD + s) * (E_LOCAL + 1) + e, mask=live,
+                            other=0)
+        live &= at - e * capacity >= rows
+        tl.store(out_w_ptr + at, zeros, mask=live)
+        tl.store(recv_w_ptr + at, zeros, mask=live)
+        start += n_recv * PAD_STEP
 
 
 @triton.jit
@@ -290,8 +298,7 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
     if LIKE:  # rows come from the handle
         bases = tl.zeros([W_BLOCK * L_BLOCK], dtype=tl.int64)
     else:
-        total, bases = _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL, W_BLOCK,
-                                 L_BLOCK)
+        bases = _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL, W_BLOCK, L_BLOCK)
     if REPLICATE:
         stage_local = symmetric_base(stage_ptrs, rank, x_ptr.dtype.element_ty)
         rec_local = symmetric_base(rec_ptrs, rank, tl.int64)
@@ -309,7 +316,8 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
                                                              tokens_max, WORLD, E_LOCAL, TOP_K,
                                                              K_BLOCK, RECV_ROWS, LIKE)
         if not LIKE:  # after the rows: off their path
-            _zero_padding(out_w_ptr, recv_w_ptr, total, j, n_recv, capacity, E_LOCAL, L_BLOCK)
+            _zero_padding(out_w_ptr, recv_w_ptr, count_local, slot, j, n_recv, capacity, WORLD,
+                          E_LOCAL)
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
     if FINAL:
         sync.publish_ack(state_ptr, n_recv, ack_ptrs, rank, epoch, WORLD)
