@@ -88,19 +88,19 @@ REDUCE_ROWS = 8
 MAX_COUNT, MAX_SEND, MAX_RECV = 256, 128, 256
 # Receivers (and combine reducers) that share one item's row, each every RECV_PARTS-th step of it,
 # where there are that many programs per item and the row's steps divide among them. A program
-# stores about 57 GB/s whatever it keeps in flight (benchmarks/probe_copy_rate.py, session 12): a
-# decode receiver at W = 1 writes its token 8 times, 115 KB for a 7168-element bf16 row, 2 µs of
-# stores on one SM. Without an SM budget a buffer of at most PARTS_ITEMS items has RECV_PARTS
-# receivers per item, but in dc, whose receivers wait for SMs behind the verifiers (its kernels
-# hold one program per SM). Measured at W = 1 (queued graph replays, BENCHMARKS.md, sessions 26
-# and 28): 16 tokens, dispatch 15.6 against 19.6 µs (sw); 128 tokens (256 receivers) held back
-# the record they waited for while each of their warps polled it (19.1-20.2 against 17.5-18.4);
-# with the record read by one thread of each and two receivers per item up to 128 items, 17.0 µs
-# (sw) and 17.7 (tff), against 18.1 and 19.0 with every warp polling and 64 items. ptxas for sm_90
-# (7168 bf16, top-8, a 128-token call's geometry): the decode dispatch kernel takes fewer
-# registers with two receivers per item (W = 2: sw 108 -> 64, tff 131 -> 100, sp 125 -> 80), the
-# combine kernel as many, but in sp at W = 2 (expert_rank: 128 -> 146, one program per SM instead
-# of two): sp's reducers take whole tokens.
+# stores about 57 GB/s whatever it keeps in flight, and no faster through TMA bulk stores
+# (benchmarks/probe_copy_rate.py, sessions 12 and 31): a decode receiver at W = 1 writes its token 8
+# times, 115 KB for a 7168-element bf16 row, 2 µs of stores on one SM. Without an SM budget a buffer
+# of at most PARTS_ITEMS items has RECV_PARTS receivers per item, but in dc, whose receivers wait
+# for SMs behind the verifiers (its kernels hold one program per SM). Measured at W = 1 (queued
+# graph replays, BENCHMARKS.md, sessions 26 and 28): 16 tokens, dispatch 15.6 against 19.6 µs (sw);
+# 128 tokens (256 receivers) held back the record they waited for while each of their warps polled
+# it (19.1-20.2 against 17.5-18.4); with the record read by one thread of each and two receivers per
+# item up to 128 items, 17.0 µs (sw) and 17.7 (tff), against 18.1 and 19.0 with every warp polling
+# and 64 items. ptxas for sm_90 (7168 bf16, top-8, a 128-token call's geometry): the decode dispatch
+# kernel takes fewer registers with two receivers per item (W = 2: sw 108 -> 64, tff 131 -> 100, sp
+# 125 -> 80), the combine kernel as many, but in sp at W = 2 (expert_rank: 128 -> 146, one program
+# per SM instead of two): sp's reducers take whole tokens.
 RECV_PARTS = 2
 PARTS_ITEMS = 128
 # Combine senders move up to K rows per item, one tile after another; more of them hide latency.
