@@ -26,3 +26,14 @@ def test_profile_passes_an_sm_budget(tmp_path, capsys):
     assert "num_sms=6" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(args[:-4] + ["--num-sms", "0"])
+
+
+def test_profile_calls_smaller_than_the_buffer(tmp_path, capsys):
+    """A decode step in a buffer made for more tokens (the size the title gives is the buffer's own);
+    a buffer smaller than the call is refused before any rank starts."""
+    args = ["profile", "--ranks", "2", "--tokens", "4", "--hidden", "16", "--experts", "4",
+            "--top-k", "2", "--iters", "1", "--layout", "padded", "--out", str(tmp_path)]
+    assert main(args + ["--buffer-tokens", "32"]) == 0
+    assert "4 tokens" in (out := capsys.readouterr().out) and "buffer of 32 tokens" in out
+    with pytest.raises(SystemExit):
+        main(args + ["--buffer-tokens", "3"])

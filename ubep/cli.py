@@ -72,6 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     prof.add_argument("--num-sms", type=_positive, default=None,
                       help="cuda backend: SM budget, at most this many thread blocks per launch "
                       "(default: the backend's own caps)")
+    prof.add_argument("--buffer-tokens", type=_positive, default=None,
+                      help="the buffer's max_tokens_per_rank, at least --tokens: calls smaller "
+                      "than the buffer, as in a decode step (default: --tokens)")
     prof.add_argument("--pg", choices=("gloo", "nccl"), default="gloo",
                       help="process-group backend (nccl: one GPU per rank)")
     prof.add_argument("--out", default="ubep-profile-out", help="folder for the CSV and PNG")
@@ -107,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         from ubep.breakdown import ProfileOptions, run_profile
 
         _check_shape(args)
+        if args.buffer_tokens is not None and args.buffer_tokens < args.tokens:
+            _parser().error(f"--buffer-tokens {args.buffer_tokens} must be >= --tokens {args.tokens}")
         if importlib.util.find_spec("matplotlib") is None:
             print("ubep profile draws its breakdown with matplotlib: pip install 'ubep[sim]'",
                   file=sys.stderr)
@@ -115,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             ranks=args.ranks, tokens=args.tokens, hidden=args.hidden, experts=args.experts,
             top_k=args.top_k, dtype=DTYPE_NAMES[args.dtype], layout=args.layout,
             reduce=args.reduce, backend=args.backend, sync=args.sync, maxvio=args.maxvio,
-            iters=args.iters, num_sms=args.num_sms, pg_backend=args.pg), Path(args.out))
+            iters=args.iters, num_sms=args.num_sms, pg_backend=args.pg,
+            buffer_tokens=args.buffer_tokens), Path(args.out))
     if args.command == "simulate":
         try:
             from ubep.sim.cli import run_simulate
