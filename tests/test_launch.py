@@ -23,7 +23,10 @@ def test_runs_at_once_each_get_their_own_group():
     results: list = [None] * 4
 
     def one(i):
-        results[i] = run_ranks(world_sum, 2, timeout_s=120)
+        try:
+            results[i] = run_ranks(world_sum, 2, timeout_s=120)
+        except Exception as err:  # a thread's exception is otherwise lost: show it in the assert
+            results[i] = err
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
     for t in threads:
