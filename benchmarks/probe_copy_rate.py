@@ -18,7 +18,7 @@ bounds it. This probe copies 7168-element bf16 rows (14 KiB) between two buffers
   read it, while the next row's stores go.
 
     PYTHONPATH=. python3 benchmarks/probe_copy_rate.py            # one GPU
-    PYTHONPATH=. python3 benchmarks/probe_copy_rate.py --bulk --programs 1 24 132 --warps 1 4
+    PYTHONPATH=. python3 benchmarks/probe_copy_rate.py --bulk --programs 1 24 132 --warps 4
 
 Prints a Markdown table: copy kind, programs, warps, U, REP, µs per pass, GB/s stored, GB/s per program.
 """
