@@ -214,6 +214,9 @@ def test_decode_calls_have_a_count_program_per_step():
     assert backend._count_step() == COUNT_STEP
     backend.max_count = 8
     assert backend._workers(128).count == 8 and backend._workers(32).count == 8
+    # the pairs a count program loads to count those before it: what the call has, in powers of 2
+    widths = [backend._prefix_width(t) for t in (0, 1, 5, 16, 128, decode, decode + 1, 4096)]
+    assert widths == [COUNT_STEP, COUNT_STEP, 64, 128, 1024, PREFIX_PAIRS, PREFIX_PAIRS, PREFIX_PAIRS]
 
 
 def test_receivers_share_rows_of_several_steps():

@@ -61,7 +61,11 @@ COUNT_STEP = 32
 # all before it) ended the count group at 29 µs instead of 11.5 (session 23).
 PAIRS_PER_COUNT = 128
 # A count program whose range starts within this many pairs counts those before it itself, in one
-# load, instead of waiting for the rows of the programs that hold them (256 tokens of top-8).
+# load, instead of waiting for the rows of the programs that hold them (256 tokens of top-8). That
+# load and its histogram are only as wide as the call's pairs (a power of 2, so one kernel variant
+# per power): 2048 wide in every call, they kept a 16-token call's count group 1 µs longer (W = 1,
+# H200: count group done at 3.5 µs against 2.5, padded dispatch queued 12.8-13.0 / 13.8-14.2 µs
+# against 11.9 / 12.8-12.9 in sw / tff; 128 tokens 0.5-0.8 µs faster; BENCHMARKS.md, session 32).
 PREFIX_PAIRS = 2048
 NUM_WARPS = 8
 # Blocks of a row tile, at least one 16-byte vector per thread: Triton then gives each 128-byte block
@@ -401,6 +405,13 @@ class CudaBackend(Backend):
             return decode
         return max(1, min(-(-num_tokens * self.config.top_k // self.pair_chunk), cap))
 
+    def _prefix_width(self, num_tokens: int) -> int:
+        """``PREFIX`` of a call of ``num_tokens`` tokens: the pairs a count program loads at once to
+        count those before its range (``PREFIX_PAIRS`` says why no more than the call has): a power
+        of 2, at least a count step, at most ``prefix_pairs``."""
+        pairs = num_tokens * self.config.top_k
+        return min(self.prefix_pairs, pow2_at_least(max(pairs, self._count_step())))
+
     def _count_step(self) -> int:
         """Pairs a count program orders per step (``COUNT_STEP``; fewer where ``pair_chunk`` is)."""
         return min(self.pair_chunk, COUNT_STEP)
@@ -461,7 +472,7 @@ class CudaBackend(Backend):
         step = verify_step(num_tokens, split, STAGED_TOKENS) if workers.verify else 1
         # row_meta keeps one dict per row geometry: its identity stands for the geometry
         key = ("dispatch", id(meta), like, replicate, final, workers.verify > 0, split, step,
-               self.timer.enabled, self._count_step(), self.prefix_pairs,
+               self.timer.enabled, self._count_step(), self._prefix_width(num_tokens),
                cfg.sync == "tff" and not like and num_tokens <= COUNTS_FIRST_TOKENS,
                step_rows(meta) if num_tokens > workers.send > 0 else 1,
                step_rows(meta) if self.receive_items > workers.recv > 0 else 1, workers.recv)

@@ -350,7 +350,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     ``NB_BLOCK``: ``NB`` rounded up to a power of two (the ``dc`` verifiers and ``sp``'s marker
     reset). ``ROWS`` / ``RECV_ROWS``: rows a sender / receiver moves per step (powers of two).
     ``PREFIX``: a count program whose range starts within this many pairs counts the pairs before
-    it itself (``counting``). ``RECV_PARTS``: receivers per row (1, or 2 where there are at least
+    it itself (``counting``), in one load this wide (the call's pairs, in a power of 2). ``RECV_PARTS``: receivers per row (1, or 2 where there are at least
     twice as many receivers as items: each then moves one item's part, ``_receive_rows``).
 
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
