@@ -158,6 +158,16 @@ def _check_no_timeout(backends: list) -> None:
         assert backend.errors.tolist() == [0, 0, 0], f"rank {rank} timed out: {backend.errors}"
 
 
+def _check_acks(backends: list) -> None:
+    """Each buffer set's acks: a call acks the one before it as it starts (``sync.publish_ack``), so
+    after a rank's last call ``e`` every peer holds ``e - 1`` for that rank (0 before any call)."""
+    for rank, backend in enumerate(backends):
+        for acks, state in (("ack", backend.dispatch_state), ("back_ack", backend.combine_state)):
+            want = max(int(state[0]) - 1, 0)
+            held = [int(peer.sym[acks].local[rank]) for peer in backends]
+            assert held == [want] * len(backends), f"rank {rank} {acks}: {held}, want {want}"
+
+
 def emulated_case(_rank: int, _world: int, case: Case, max_count: int | None = None) -> None:
     """Dispatch, combine (both reductions, weighted or not), ``dispatch_like`` and
     ``return_pair_values`` of ``case`` on emulated ranks, each equal to the oracle."""
@@ -199,6 +209,7 @@ def emulated_case(_rank: int, _world: int, case: Case, max_count: int | None = N
         _check_equal(f"rank {rank} return_pair_values", values,
                      torch.where(idxs[rank] >= 0, ws[rank], torch.zeros(())))
     _check_no_timeout(backends)
+    _check_acks(backends)
 
 
 def emulated_sentinel_case(_rank: int, _world: int, case: Case, calls: int) -> None:
@@ -235,8 +246,9 @@ def emulated_sentinel_case(_rank: int, _world: int, case: Case, calls: int) -> N
 def emulated_receivers_change_case(_rank: int, _world: int, case: Case, receivers: list[int],
                                    verify_tokens: list[int] | None = None) -> None:
     """One dispatch and one combine per entry of ``receivers``, each call with that many receiving
-    programs on every rank (acks count calls, so a slot is freed whatever the number of programs
-    that read it): every result equal to the oracle, no wait timed out. ``verify_tokens`` (``dc``):
+    programs on every rank (a call acks the one before it, so a slot is freed whatever the number
+    of programs that read it): every result equal to the oracle, no wait timed out, each call
+    acked by the next. ``verify_tokens`` (``dc``):
     each call's tokens per verifier program (``backend.VERIFY_TOKENS``, with no floor), so that the
     verifiers per source change between calls over the same state words."""
     from ubep.backends.cuda import backend as cb
@@ -259,3 +271,4 @@ def emulated_receivers_change_case(_rank: int, _world: int, case: Case, receiver
                        idxs, ws, cfg, "source", False, f"{label}: rank {{rank}} combine", _check_equal)
         _check_idle(backends, f"call {call}")
     _check_no_timeout(backends)
+    _check_acks(backends)

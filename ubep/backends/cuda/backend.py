@@ -310,7 +310,7 @@ class CudaBackend(Backend):
         self.last_launches: dict[str, LaunchStamps] = {}  # per op, with profiling on
         self.phased = False  # see the dispatch section
         # Caps of the count and token groups: free to change between calls (the receiving group is
-        # fixed per buffer, acks count its programs); benchmarks/calibrate_split.py sweeps them.
+        # fixed per buffer); benchmarks/calibrate_split.py sweeps them.
         self.max_count, self.max_send = MAX_COUNT, MAX_SEND
         # pairs per count program in calls past prefix_pairs, and at most that many per step: a power
         # of 2; tests lower it to get several count programs
@@ -434,8 +434,8 @@ class CudaBackend(Backend):
         """The combine's senders move back the rows this rank received (up to the buffer's size:
         the peers' token counts are not known here); its reducers take this rank's own
         ``num_tokens`` tokens, so a call needs no more of them than ``_reducer_parts`` per token
-        (an idle reducer still holds an SM slot, waits for the record in ``sw`` or the verifiers in
-        ``dc``, and counts itself for the ack), and at least one, which publishes the ack."""
+        (an idle reducer still holds an SM slot and waits for the record in ``sw`` or the verifiers
+        in ``dc``), and at least one."""
         cfg = self.config
         send = min(cfg.world_size * cfg.max_tokens_per_rank,
                    MAX_COMBINE_SEND if self.splits is None else self._senders(0))

@@ -241,7 +241,7 @@ def _verify_role(p, v, out_bits_ptr, idx_ptr, sent_ptr, num_tokens, back_ptrs, r
 
 
 @triton.jit
-def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs, sig_ptrs, ack_ptrs,
+def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs, sig_ptrs,
                  rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch, tokens_max, rows_max,
                  timeout_ns, err_addr, n_recv, WORLD: tl.constexpr, W_BLOCK: tl.constexpr,
                  E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, R_BLOCK: tl.constexpr,
@@ -273,7 +273,6 @@ def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptr
                       NB, NB_BLOCK, RCB, RECV_PARTS, MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER)
         t += n_recv // RECV_PARTS
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
-    sync.publish_ack(state_ptr, n_recv, ack_ptrs, rank, epoch, WORLD)
 
 
 @triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "rows_max", "n_send", "n_recv"])
@@ -311,6 +310,8 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     slot = epoch & 1
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
     if pid < n_send:
+        if pid == n_send - 1:
+            sync.publish_ack(ack_ptrs, rank, epoch, WORLD)
         ack_local = symmetric_base(ack_ptrs, rank, tl.int64)
         sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT,
                        WORLD, W_BLOCK)
@@ -341,14 +342,14 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
                              BE, NB, NB_BLOCK, SPLIT, VERIFY_STEP, PARTIAL, PROFILE)
             else:
                 _reduce_role(j - WORLD * SPLIT, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens,
-                             back_ptrs, sig_ptrs, ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid,
+                             back_ptrs, sig_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid,
                              rank, slot, epoch, tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD,
                              W_BLOCK, E_LOCAL, TOP_K, R_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, RCB,
                              RECV_PARTS, MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER, VERIFY,
                              PROFILE)
         else:
             _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs, sig_ptrs,
-                         ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch,
+                         rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch,
                          tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD, W_BLOCK, E_LOCAL,
                          TOP_K, R_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, RCB, RECV_PARTS, MODE, SENTINEL,
                          PARTIAL, SUM_WEIGHTED, GATHER, VERIFY, PROFILE)

@@ -266,7 +266,7 @@ def _verify_role(s, v, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_
 
 
 @triton.jit
-def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs, rec_ptrs, state_ptr,
+def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptrs, state_ptr,
                   stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr,
                   pid, rank, slot, epoch, tokens_max, capacity, timeout_ns, err_addr, n_recv,
                   WORLD: tl.constexpr, E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr,
@@ -319,8 +319,6 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_pt
             _zero_padding(out_w_ptr, recv_w_ptr, count_local, slot, j, n_recv, capacity, WORLD,
                           E_LOCAL)
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
-    if FINAL:
-        sync.publish_ack(state_ptr, n_recv, ack_ptrs, rank, epoch, WORLD)
 
 
 @triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "capacity", "n_count", "n_send",
@@ -345,13 +343,14 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     ``n_writers`` programs (the count group, plus the senders in ``sw``) publish the record;
     receivers wait for it if ``RECORDS``. In ``dc`` / ``sp`` the senders also keep the batch records
     (``records``); ``SENTINEL`` is ``sp``'s marker word.
-    ``FINAL``: this launch ends the call (receivers ack, the epoch advances). ``COUNTS_FIRST``
-    (``tff`` only): senders start once this rank's record is out, so the counts lead the tokens.
-    ``NB_BLOCK``: ``NB`` rounded up to a power of two (the ``dc`` verifiers and ``sp``'s marker
-    reset). ``ROWS`` / ``RECV_ROWS``: rows a sender / receiver moves per step (powers of two).
-    ``PREFIX``: a count program whose range starts within this many pairs counts the pairs before
-    it itself (``counting``), in one load this wide (the call's pairs, in a power of 2). ``RECV_PARTS``: receivers per row (1, or 2 where there are at least
-    twice as many receivers as items: each then moves one item's part, ``_receive_rows``).
+    ``FINAL``: this launch ends the call (the epoch advances). ``COUNTS_FIRST`` (``tff`` only):
+    senders start once this rank's record is out, so the counts lead the tokens. ``NB_BLOCK``:
+    ``NB`` rounded up to a power of two (the ``dc`` verifiers and ``sp``'s marker reset). ``ROWS`` /
+    ``RECV_ROWS``: rows a sender / receiver moves per step (powers of two). ``PREFIX``: a count
+    program whose range starts within this many pairs counts the pairs before it itself
+    (``counting``), in one load this wide (the call's pairs, in a power of 2). ``RECV_PARTS``:
+    receivers per row (1, or 2 where there are at least twice as many receivers as items: each then
+    moves one item's part, ``_receive_rows``).
 
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
     buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
@@ -369,6 +368,8 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     slot = epoch & 1
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
     if pid < n_count + n_send:
+        if pid == n_count + n_send - 1:  # the last sender: off the count group's path
+            sync.publish_ack(ack_ptrs, rank, epoch, WORLD)
         ack_local = symmetric_base(ack_ptrs, rank, tl.int64)
         sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_DISPATCH_SLOT,
                        WORLD, W_BLOCK)
@@ -402,14 +403,14 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                              BE, NB, NB_BLOCK, SPLIT, VERIFY_STEP, LIKE, RECORDS, PROFILE)
             else:
                 _receive_role(j - WORLD * SPLIT, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs,
-                              ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, out_ptr, out_w_ptr,
+                              rec_ptrs, state_ptr, stamps_ptr, out_ptr, out_w_ptr,
                               recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, pid, rank, slot, epoch,
                               tokens_max, capacity, timeout_ns, err_addr, n_recv, WORLD, E_LOCAL,
                               W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB,
                               RECV_ROWS, RECV_PARTS, MODE, SENTINEL, LIKE, RECORDS, REPLICATE, VERIFY,
                               FINAL, PROFILE)
         else:
-            _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs, rec_ptrs,
+            _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptrs,
                           state_ptr, stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr,
                           pair_w_ptr, tpe_ptr, pid, rank, slot, epoch, tokens_max, capacity, timeout_ns,
                           err_addr, n_recv, WORLD, E_LOCAL, W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN,

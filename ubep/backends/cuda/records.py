@@ -22,7 +22,7 @@ source ``s`` matches the record (:func:`differs`), then sets ``state[OK + s] = e
 receiver waits for all ``W`` of those before it copies (a ``dc`` batch arrives all at once). ``sp``:
 a row has arrived when none of its blocks holds the sentinel in the values loaded, or the record
 reads ``epoch`` (``wire.take_tiles``); the receiver writes the sentinel back after consuming it,
-before its ack.
+within its call (the rank's next call acks the slot: ``sync``).
 """
 
 from __future__ import annotations
