@@ -309,9 +309,9 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     epoch = sync.call_epoch(state_ptr, pid)
     slot = epoch & 1
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
+    if pid == tl.num_programs(0) - 1:  # the last program, off the senders' path (as in dispatch)
+        sync.publish_ack(ack_ptrs, rank, epoch, WORLD)
     if pid < n_send:
-        if pid == n_send - 1:
-            sync.publish_ack(ack_ptrs, rank, epoch, WORLD)
         ack_local = symmetric_base(ack_ptrs, rank, tl.int64)
         sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT,
                        WORLD, W_BLOCK)

@@ -367,9 +367,11 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     epoch = sync.call_epoch(state_ptr, pid)
     slot = epoch & 1
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
+    if pid == tl.num_programs(0) - 1:
+        # the last program, off the count and token groups' path: in the last sender's, ptxas put
+        # the sw decode dispatch kernel 8 bytes on the stack
+        sync.publish_ack(ack_ptrs, rank, epoch, WORLD)
     if pid < n_count + n_send:
-        if pid == n_count + n_send - 1:  # the last sender: off the count group's path
-            sync.publish_ack(ack_ptrs, rank, epoch, WORLD)
         ack_local = symmetric_base(ack_ptrs, rank, tl.int64)
         sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_DISPATCH_SLOT,
                        WORLD, W_BLOCK)

@@ -16,14 +16,14 @@ is visible to a reader that has seen the word through an acquire load:
   source keeps the receivers' polls cheap; per-writer flags measured slower (each release waits for
   the program's own remote stores, and the pollers had hundreds of words to read);
 - *acks* ``ack[peer]`` (in the sender's memory): the last call whose slot the peer has finished
-  reading. A call's launches run in stream order, so when call ``e`` starts every program of call
-  ``e - 1`` has ended: one program of call ``e``'s first launch stores ``e - 1`` on every peer
-  with a release (``publish_ack``). The consuming programs themselves publish nothing: a counter
-  and a release at the end of each would hold every one of them until its own stores had drained
-  (W = 1, 16 tokens: the last receiver ended 1.5 µs after its work). Once ``ack[peer] >= e - 2``
-  the peer is done with call ``e - 2``, the last call that used the slot, and a sender may write
-  call ``e`` into it, whatever the order of calls. That is usually long true (the peer has started
-  call ``e - 1``), so the check is ``W`` local loads.
+  reading. A rank's launches run in stream order, so when call ``e`` starts every program of call
+  ``e - 1`` has ended: the last program of each launch of call ``e`` stores ``e - 1`` on every
+  peer with a release as it starts (``publish_ack``). The consuming programs themselves publish
+  nothing: a counter and a release at the end of each would hold every one of them until its own
+  stores had drained (W = 1, 16 tokens: the last receiver ended 1.5 µs after its work). Once
+  ``ack[peer] >= e - 2`` the peer is done with call ``e - 2``, the last call that used the slot,
+  and a sender may write call ``e`` into it, whatever the order of calls. That is usually long
+  true (the peer has started call ``e - 1``), so the check is ``W`` local loads.
 
 Every wait reads ``%globaltimer`` and gives up after ``timeout_ns``: it writes ``(phase code, peer,
 epoch)`` into an error word in pinned host memory, which the host checks without synchronizing
@@ -273,9 +273,10 @@ def publish_record(state_ptr, num_writers, sig_ptrs, slot, rank, epoch, WORLD: t
 
 @triton.jit
 def publish_ack(ack_ptrs, rank, epoch, WORLD: tl.constexpr):
-    """Called by one program of call ``epoch``'s first launch: every launch of call ``epoch - 1``
-    has ended before this one started (stream order), so this rank is done reading that call's
-    slot; store ``epoch - 1`` in every peer's ``ack[rank]`` with a release."""
+    """Called by one program of each launch of call ``epoch`` (again by a later launch of the call:
+    the same value): every launch of call ``epoch - 1`` has ended before this one started (stream
+    order), so this rank is done reading that call's slot; store ``epoch - 1`` in every peer's
+    ``ack[rank]`` with a release."""
     for peer in tl.static_range(WORLD):
         ack = symmetric_base(ack_ptrs, peer, tl.int64)
         tl.atomic_xchg(ack + rank, epoch - 1, sem="release", scope="sys")
