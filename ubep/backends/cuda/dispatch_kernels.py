@@ -275,8 +275,7 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_pt
                   FE: tl.constexpr, NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr,
                   RECV_ROWS: tl.constexpr, RECV_PARTS: tl.constexpr, MODE: tl.constexpr,
                   SENTINEL: tl.constexpr, LIKE: tl.constexpr, RECORDS: tl.constexpr,
-                  REPLICATE: tl.constexpr, VERIFY: tl.constexpr, FINAL: tl.constexpr,
-                  PROFILE: tl.constexpr):
+                  REPLICATE: tl.constexpr, VERIFY: tl.constexpr, PROFILE: tl.constexpr):
     """Receiver ``j`` of ``n_recv``: the row bases, then staged items in groups of ``RECV_ROWS``,
     part ``j % RECV_PARTS`` of each of their rows: groups ``j // RECV_PARTS``, then every
     ``n_recv // RECV_PARTS``-th."""
@@ -410,14 +409,14 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                               tokens_max, capacity, timeout_ns, err_addr, n_recv, WORLD, E_LOCAL,
                               W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB,
                               RECV_ROWS, RECV_PARTS, MODE, SENTINEL, LIKE, RECORDS, REPLICATE, VERIFY,
-                              FINAL, PROFILE)
+                              PROFILE)
         else:
             _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptrs,
                           state_ptr, stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr,
                           pair_w_ptr, tpe_ptr, pid, rank, slot, epoch, tokens_max, capacity, timeout_ns,
                           err_addr, n_recv, WORLD, E_LOCAL, W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN,
                           BE, FE, NB, NB_BLOCK, CB, RECV_ROWS, RECV_PARTS, MODE, SENTINEL, LIKE, RECORDS,
-                          REPLICATE, VERIFY, FINAL, PROFILE)
+                          REPLICATE, VERIFY, PROFILE)
     if FINAL:
         grid = n_count + n_send + n_recv
         if VERIFY:
