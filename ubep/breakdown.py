@@ -45,8 +45,7 @@ class ProfileOptions:
 
 def profile_rank(rank: int, world_size: int, opts: ProfileOptions) -> dict:
     """``{"phases": per-phase µs samples of opts.iters dispatch + combine calls, "timeline": the
-    per-program rows of the last ones (cuda backend), "buffer_tokens": the buffer's
-    max_tokens_per_rank}`` on this rank."""
+    per-program rows of the last ones (cuda backend)}`` on this rank."""
     device = torch.device("cuda", torch.cuda.current_device()) if opts.pg_backend == "nccl" \
         else torch.device("cpu")
     buf = Buffer(hidden=opts.hidden, num_experts=opts.experts, top_k=opts.top_k,
@@ -66,8 +65,7 @@ def profile_rank(rank: int, world_size: int, opts: ProfileOptions) -> dict:
             torch.cuda.synchronize()
         res = buf.dispatch(x, idx, w)
         buf.combine(res.recv_x, res.handle, reduce=opts.reduce)
-    return {"phases": buf.phase_times(), "timeline": buf.worker_timeline(),
-            "buffer_tokens": buf.config.max_tokens_per_rank}
+    return {"phases": buf.phase_times(), "timeline": buf.worker_timeline()}
 
 
 def write_outputs(per_rank: list[dict[str, list[float]]], steps: int, out: Path,
@@ -148,8 +146,8 @@ def run_profile(opts: ProfileOptions, out: Path) -> int:
     title = (f"{opts.ranks} ranks, {opts.tokens} tokens, hidden {opts.hidden}, {opts.experts} "
              f"experts, top-{opts.top_k}, {dt}, {opts.layout}, reduce={opts.reduce}"
              + (f", num_sms={opts.num_sms}" if opts.num_sms else "")
-             + (f", buffer of {results[0]['buffer_tokens']} tokens"
-                if results[0]["buffer_tokens"] != opts.tokens else ""))
+             + (f", buffer of {opts.buffer_tokens} tokens"
+                if opts.buffer_tokens not in (None, opts.tokens) else ""))
     print(title)
     for rank, samples in enumerate(per_rank):
         print(f"\nrank {rank}")
