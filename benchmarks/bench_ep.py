@@ -330,7 +330,7 @@ def main() -> int:
     p.add_argument("--num-sms", type=int, nargs="+", default=[0],
                    help="SM budgets of the cuda backend (Buffer num_sms; 0: its fixed group caps)")
     p.add_argument("--vdev", action="store_true",
-                   help="also time torch's all_to_all_vdev (NVSHMEM; not yet run on our machines)")
+                   help="also time torch's all_to_all_vdev (NVSHMEM; 2 or more ranks)")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--out", type=Path, default=Path("bench-out"))
