@@ -310,7 +310,7 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     slot = epoch & 1
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
     if pid == tl.num_programs(0) - 1:  # the last program, off the senders' path (as in dispatch)
-        sync.publish_ack(ack_ptrs, rank, epoch, WORLD)
+        sync.publish_ack(ack_ptrs, rank, epoch, WORLD, W_BLOCK)
     if pid < n_send:
         ack_local = symmetric_base(ack_ptrs, rank, tl.int64)
         sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT,
@@ -328,7 +328,7 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
             i += n_send
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         if MODE == SW:
-            sync.publish_record(state_ptr, n_send, sig_ptrs, slot, rank, epoch, WORLD)
+            sync.publish_record(state_ptr, n_send, sig_ptrs, slot, rank, epoch, WORLD, W_BLOCK)
         if MODE >= DC:
             records.publish(state_ptr, n_send, rec_ptrs, acc_a, acc_b, acc_n, slot, rank, epoch, WORLD,
                             W_BLOCK, NB, MODE == SP)

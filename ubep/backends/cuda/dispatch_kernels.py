@@ -369,7 +369,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     if pid == tl.num_programs(0) - 1:
         # the last program, off the count and token groups' path: in the last sender's, ptxas put
         # the sw decode dispatch kernel 8 bytes on the stack
-        sync.publish_ack(ack_ptrs, rank, epoch, WORLD)
+        sync.publish_ack(ack_ptrs, rank, epoch, WORLD, W_BLOCK)
     if pid < n_count + n_send:
         ack_local = symmetric_base(ack_ptrs, rank, tl.int64)
         sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_DISPATCH_SLOT,
@@ -393,7 +393,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                                 WORLD, W_BLOCK, NB, MODE == SP)
         sync.stamp(stamps_ptr, pid, 2, PROFILE)
         if pid < n_writers:
-            sync.publish_record(state_ptr, n_writers, sig_ptrs, slot, rank, epoch, WORLD)
+            sync.publish_record(state_ptr, n_writers, sig_ptrs, slot, rank, epoch, WORLD, W_BLOCK)
     else:
         j = pid - n_count - n_send
         if VERIFY:  # dc: verifiers get ids below every receiver, which wait for them (verify)

@@ -14,8 +14,9 @@ last one reads and clears the accumulator and, per destination:
 - ``dc``: writes ``(epoch, checksum)`` with plain stores: no fence, since the receiver checks the
   checksum against what it holds (a torn or stale record fails that check);
 - ``sp``: only if some block would carry the sentinel, writes ``N`` then ``epoch`` with a
-  system-scope release, cumulative over every sender's rows (the counter made it acquire them), so
-  the record orders after the whole batch (the ``sw`` fallback). Otherwise nothing is written.
+  system-scope release (all destinations at once, ``sync.peer_words``), cumulative over every
+  sender's rows (the counter made it acquire them), so the record orders after the whole batch (the
+  ``sw`` fallback). Otherwise nothing is written.
 
 Receivers: ``dc``: verifier ``s`` (``verify``) polls until the checksum of the markers it holds for
 source ``s`` matches the record (:func:`differs`), then sets ``state[OK + s] = epoch``; every
@@ -72,15 +73,17 @@ def publish(state_ptr, n_senders, rec_ptrs, acc_a, acc_b, acc_n, slot, rank, epo
         sum_a = tl.atomic_xchg(acc, zero, mask=live, sem="relaxed", scope="gpu")
         sum_b = tl.atomic_xchg(acc + 1, zero, mask=live, sem="relaxed", scope="gpu")
         sum_n = tl.atomic_xchg(acc + 2, zero, mask=live, sem="relaxed", scope="gpu")
-        d = ck.digest(epoch)
-        for peer in tl.static_range(WORLD):
-            rec = symmetric_base(rec_ptrs, peer, tl.int64) + (slot * WORLD + rank) * 2
-            blocks = lane(sum_n, ws, peer)
-            if SP_MODE:
-                if lane(sum_a, ws, peer) > 0:
-                    tl.store(rec + 1, blocks // NB)
-                    tl.atomic_xchg(rec, epoch, sem="release", scope="sys")
-            else:
+        if SP_MODE:  # every destination at once, one lane each (sync.peer_words)
+            collide = live & (sum_a > 0)
+            recs = sync.peer_words(rec_ptrs, tl.int64, (slot * WORLD + rank) * 2, collide, W_BLOCK)
+            tl.store(recs + 1, sum_n // NB, mask=collide)
+            tl.debug_barrier()  # N precedes the epoch, whichever thread stored it
+            tl.atomic_xchg(recs, zero + epoch, mask=collide, sem="release", scope="sys")
+        else:
+            d = ck.digest(epoch)
+            for peer in tl.static_range(WORLD):
+                rec = symmetric_base(rec_ptrs, peer, tl.int64) + (slot * WORLD + rank) * 2
+                blocks = lane(sum_n, ws, peer)
                 a = (lane(sum_a, ws, peer) & 0xFFFFFFFF).to(tl.uint32)
                 b = (lane(sum_b, ws, peer) & 0xFFFFFFFF).to(tl.uint32)
                 tl.store(rec + 1, ck.checksum(a, b, blocks, d))

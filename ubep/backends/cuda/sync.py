@@ -7,8 +7,9 @@ finished call; program ``pid`` reads only ``state[pid]`` and, when its call ends
 ``q = pid (mod grid)``, so programs never wait for one another and launches of any grid size agree.
 
 Besides the rows (whose arrival rules live in ``ubep.backends.cuda.wire``), two kinds of words cross
-the link, each written with a release atomic after a CTA barrier, so that everything stored before
-is visible to a reader that has seen the word through an acquire load:
+the link, each written after a CTA barrier with a system-scope release, to all peers at once
+(:func:`peer_words`), so that everything stored before is visible to a reader that has seen the
+word through an acquire load:
 
 - the *record* ``sig[slot, source] = e``: every writer program of ``source`` (the count group, plus
   the senders in ``sw``) has stored its counts, routes (and rows). Writers count themselves on a
@@ -40,7 +41,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ubep.backends.cuda.kernels import INTERPRETED, symmetric_base
+from ubep.backends.cuda.kernels import INTERPRETED
 
 MAX_PROGRAMS = 1024  # epoch words per buffer set: the largest grid of one launch
 STATE_WORDS = MAX_PROGRAMS + 1  # the epoch words, then the writers' counter
@@ -255,7 +256,20 @@ def wait_record(sig_local, slot, epoch, timeout_ns, err_addr, code, WORLD: tl.co
 
 
 @triton.jit
-def publish_record(state_ptr, num_writers, sig_ptrs, slot, rank, epoch, WORLD: tl.constexpr):
+def peer_words(ptrs, word, offsets, live, W_BLOCK: tl.constexpr):
+    """``[W_BLOCK]`` pointers: word ``offsets[p]`` of peer ``p``'s symmetric buffer (base addresses
+    ``ptrs [W]``, words of type ``word``), where ``live``. Written as one vector of system-scope
+    release exchanges, one lane per peer, the releases leave together; in a loop over the peers
+    one thread's release orders the exchange before it, so the exchanges could not overlap (a link
+    round trip each at worst; not yet timed on two GPUs). After a CTA barrier, each lane's release
+    covers every thread's stores before the barrier."""
+    bases = tl.load(ptrs + tl.arange(0, W_BLOCK), mask=live, other=0)
+    return bases.to(tl.pointer_type(word)) + offsets
+
+
+@triton.jit
+def publish_record(state_ptr, num_writers, sig_ptrs, slot, rank, epoch, WORLD: tl.constexpr,
+                   W_BLOCK: tl.constexpr):
     """A writer program has stored everything; the last of ``num_writers`` (counted in
     ``state[MAX_PROGRAMS]``) resets the count and publishes this rank's record in every peer's
     ``sig[slot, rank]``."""
@@ -266,17 +280,20 @@ def publish_record(state_ptr, num_writers, sig_ptrs, slot, rank, epoch, WORLD: t
     # cumulative over everything the counter made it acquire.
     if tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu") == num_writers - 1:
         tl.store(counter_ptr, 0)
-        for peer in tl.static_range(WORLD):
-            sig = symmetric_base(sig_ptrs, peer, tl.int64)
-            tl.atomic_xchg(sig + slot * WORLD + rank, epoch, sem="release", scope="sys")
+        live = tl.arange(0, W_BLOCK) < WORLD
+        sigs = peer_words(sig_ptrs, tl.int64, slot * WORLD + rank, live, W_BLOCK)
+        tl.debug_barrier()  # what the counter acquired precedes every lane's release
+        tl.atomic_xchg(sigs, tl.zeros([W_BLOCK], dtype=tl.int64) + epoch, mask=live, sem="release",
+                       scope="sys")
 
 
 @triton.jit
-def publish_ack(ack_ptrs, rank, epoch, WORLD: tl.constexpr):
+def publish_ack(ack_ptrs, rank, epoch, WORLD: tl.constexpr, W_BLOCK: tl.constexpr):
     """Called by one program of each launch of call ``epoch`` (again by a later launch of the call:
     the same value): every launch of call ``epoch - 1`` has ended before this one started (stream
     order), so this rank is done reading that call's slot; store ``epoch - 1`` in every peer's
     ``ack[rank]`` with a release."""
-    for peer in tl.static_range(WORLD):
-        ack = symmetric_base(ack_ptrs, peer, tl.int64)
-        tl.atomic_xchg(ack + rank, epoch - 1, sem="release", scope="sys")
+    live = tl.arange(0, W_BLOCK) < WORLD
+    acks = peer_words(ack_ptrs, tl.int64, rank, live, W_BLOCK)
+    tl.atomic_xchg(acks, tl.zeros([W_BLOCK], dtype=tl.int64) + epoch - 1, mask=live,
+                   sem="release", scope="sys")
