@@ -25,7 +25,6 @@ import triton
 import triton.language as tl
 
 from ubep.backends.cuda import sync
-from ubep.backends.cuda.kernels import symmetric_base
 
 
 @triton.jit
@@ -102,7 +101,6 @@ def count_role(j, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, hist_ptr, 
         count = tl.load(count_ptrs + es // E_LOCAL, mask=es < WORLD * E_LOCAL, other=0)
         count = count.to(tl.pointer_type(tl.int64)) + (slot * WORLD + rank) * (E_LOCAL + 1)
         tl.store(count + es % E_LOCAL, base.to(tl.int64), mask=es < WORLD * E_LOCAL)
-        for dest in tl.static_range(WORLD):
-            total = symmetric_base(count_ptrs, dest, tl.int64)
-            tl.store(total + (slot * WORLD + rank) * (E_LOCAL + 1) + E_LOCAL,
-                     num_tokens.to(tl.int64))
+        # each rank's token count after its experts' counts, stored by its first expert's lane
+        first_local = (es < WORLD * E_LOCAL) & (es % E_LOCAL == 0)
+        tl.store(count + E_LOCAL, tl.zeros_like(es).to(tl.int64) + num_tokens, mask=first_local)

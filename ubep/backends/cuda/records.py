@@ -33,7 +33,6 @@ import triton.language as tl
 
 from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda import sync
-from ubep.backends.cuda.kernels import lane, symmetric_base
 
 SENDERS = tl.constexpr(sync.STATE_WORDS)  # the senders' counter
 ACC = tl.constexpr(sync.STATE_WORDS + 1)  # [W, 3] int64: lane A (or sentinel blocks), lane B, blocks
@@ -73,21 +72,19 @@ def publish(state_ptr, n_senders, rec_ptrs, acc_a, acc_b, acc_n, slot, rank, epo
         sum_a = tl.atomic_xchg(acc, zero, mask=live, sem="relaxed", scope="gpu")
         sum_b = tl.atomic_xchg(acc + 1, zero, mask=live, sem="relaxed", scope="gpu")
         sum_n = tl.atomic_xchg(acc + 2, zero, mask=live, sem="relaxed", scope="gpu")
-        if SP_MODE:  # every destination at once, one lane each (sync.peer_words)
+        # every destination at once, one lane each (sync.peer_words)
+        if SP_MODE:
             collide = live & (sum_a > 0)
             recs = sync.peer_words(rec_ptrs, tl.int64, (slot * WORLD + rank) * 2, collide, W_BLOCK)
             tl.store(recs + 1, sum_n // NB, mask=collide)
             tl.debug_barrier()  # N precedes the epoch, whichever thread stored it
             tl.atomic_xchg(recs, zero + epoch, mask=collide, sem="release", scope="sys")
         else:
-            d = ck.digest(epoch)
-            for peer in tl.static_range(WORLD):
-                rec = symmetric_base(rec_ptrs, peer, tl.int64) + (slot * WORLD + rank) * 2
-                blocks = lane(sum_n, ws, peer)
-                a = (lane(sum_a, ws, peer) & 0xFFFFFFFF).to(tl.uint32)
-                b = (lane(sum_b, ws, peer) & 0xFFFFFFFF).to(tl.uint32)
-                tl.store(rec + 1, ck.checksum(a, b, blocks, d))
-                tl.store(rec, epoch)
+            recs = sync.peer_words(rec_ptrs, tl.int64, (slot * WORLD + rank) * 2, live, W_BLOCK)
+            a = (sum_a & 0xFFFFFFFF).to(tl.uint32)
+            b = (sum_b & 0xFFFFFFFF).to(tl.uint32)
+            tl.store(recs + 1, ck.checksum(a, b, sum_n, ck.digest(epoch)), mask=live)
+            tl.store(recs, zero + epoch, mask=live)
 
 
 @triton.jit
