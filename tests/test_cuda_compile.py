@@ -117,6 +117,19 @@ def test_two_receivers_per_item_cost_no_registers(mode):
     assert used[1]["REG"] <= used[0]["REG"] and used[1]["STACK"] == 0, used
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_releases_to_the_peers_leave_at_once(mode):
+    """At W = 8 the record, the ack and (``sp``) the fallback records each reach every peer in one
+    system-scope release instruction, one lane per peer (``sync.peer_words``): a release per peer
+    from one thread would order each behind the one before it."""
+    constants = dict(_dispatch_constants(mode, like=False, replicate=True, tokens=128,
+                                         counts_first=mode == "tff", profile=False),
+                     WORLD=8, W_BLOCK=8, E_LOCAL=32, L_BLOCK=32)
+    ptx = _build(dk.dispatch, POINTERS["dispatch"], constants).asm["ptx"]
+    releases = re.findall(r"\batom\.global\.sys\.release\.", ptx)
+    assert len(releases) == (3 if mode == "sp" else 2), len(releases)
+
+
 @pytest.mark.parametrize("mode", ["sw", "tff", "sp"])
 def test_count_step_leaves_two_writers_per_sm(mode):
     """The dispatch is one kernel for all its groups, so the count step's ``[CHUNK, CHUNK]``
