@@ -268,6 +268,16 @@ def peer_words(ptrs, word, offsets, live, W_BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _release_to_peers(ptrs, offset, value, WORLD: tl.constexpr, W_BLOCK: tl.constexpr):
+    """The int64 ``value`` into word ``offset`` of every peer's buffer (:func:`peer_words`), one
+    system-scope release exchange per lane."""
+    live = tl.arange(0, W_BLOCK) < WORLD
+    words = peer_words(ptrs, tl.int64, offset, live, W_BLOCK)
+    tl.atomic_xchg(words, tl.zeros([W_BLOCK], dtype=tl.int64) + value, mask=live, sem="release",
+                   scope="sys")
+
+
+@triton.jit
 def publish_record(state_ptr, num_writers, sig_ptrs, slot, rank, epoch, WORLD: tl.constexpr,
                    W_BLOCK: tl.constexpr):
     """A writer program has stored everything; the last of ``num_writers`` (counted in
@@ -280,11 +290,8 @@ def publish_record(state_ptr, num_writers, sig_ptrs, slot, rank, epoch, WORLD: t
     # cumulative over everything the counter made it acquire.
     if tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu") == num_writers - 1:
         tl.store(counter_ptr, 0)
-        live = tl.arange(0, W_BLOCK) < WORLD
-        sigs = peer_words(sig_ptrs, tl.int64, slot * WORLD + rank, live, W_BLOCK)
         tl.debug_barrier()  # what the counter acquired precedes every lane's release
-        tl.atomic_xchg(sigs, tl.zeros([W_BLOCK], dtype=tl.int64) + epoch, mask=live, sem="release",
-                       scope="sys")
+        _release_to_peers(sig_ptrs, slot * WORLD + rank, epoch, WORLD, W_BLOCK)
 
 
 @triton.jit
@@ -293,7 +300,4 @@ def publish_ack(ack_ptrs, rank, epoch, WORLD: tl.constexpr, W_BLOCK: tl.constexp
     the same value): every launch of call ``epoch - 1`` has ended before this one started (stream
     order), so this rank is done reading that call's slot; store ``epoch - 1`` in every peer's
     ``ack[rank]`` with a release."""
-    live = tl.arange(0, W_BLOCK) < WORLD
-    acks = peer_words(ack_ptrs, tl.int64, rank, live, W_BLOCK)
-    tl.atomic_xchg(acks, tl.zeros([W_BLOCK], dtype=tl.int64) + epoch - 1, mask=live,
-                   sem="release", scope="sys")
+    _release_to_peers(ack_ptrs, rank, epoch - 1, WORLD, W_BLOCK)
