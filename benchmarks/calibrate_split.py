@@ -2,6 +2,7 @@
 against measured group times.
 
     PYTHONPATH=. python3 benchmarks/calibrate_split.py --out calib-out      # on 2+ GPUs of one host
+    PYTHONPATH=. python3 benchmarks/calibrate_split.py --ranks 1 --groups count   # one GPU
     PYTHONPATH=. python3 benchmarks/calibrate_split.py --refit benchmarks/data/calibration-....csv
 
 For each dispatch shape (tokens per rank, hidden) and each pair of group caps (the backend's
@@ -10,9 +11,12 @@ program finished its work, from the launch's first stamp (``dispatch count: done
 token: done at``, with ``(writers)`` after ``dispatch`` in the compact layout, whose first launch
 counts and sends; median over the calls). Those are ``ubep.tuning.Sample``s of the count and token
 groups; ``ubep.tuning.calibrate`` fits the model on ``flat(W)`` starting from ``h200()``. Prints the
-fitted constants and, per sample, predicted and measured µs; writes ``calibration.csv`` / ``.md`` and
-``params.json`` under ``--out``. ``--refit`` fits the measured column of an earlier
-``calibration.csv`` again instead (no GPU needed; ``--ranks`` defaults to 2 there).
+fitted constants and, per sample, measured µs and the predictions of the fit and of the ``h200()``
+preset; writes ``calibration.csv`` / ``.md`` and ``params.json`` under ``--out``. ``--groups count``
+samples and fits the count group alone, which one GPU can: its terms are the pairs and the
+programs' chain (the model adds the link's latency), while the token group's need the link (2+
+GPUs). ``--refit`` fits the measured column of an earlier ``calibration.csv`` again instead (no
+GPU needed; ``--ranks`` defaults to 2 there).
 """
 
 from __future__ import annotations
@@ -74,7 +78,7 @@ def sweep_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
                                  "n_count": launched.count, "n_token": launched.send,
                                  **{group: statistics.median(
                                      phases[f"{launch} {group}: done at"][args.warmup:])
-                                    for group in GROUPS}})
+                                    for group in args.groups}})
             del buf
             torch.cuda.empty_cache()
     return rows
@@ -86,7 +90,7 @@ def samples_of(rows: list[dict], args: argparse.Namespace) -> list[Sample]:
     for row in rows:
         shape = DispatchShape(tokens=row["tokens"], experts=args.experts, topk=args.top_k,
                               bytes_per_token=2 * row["hidden"])
-        for group in GROUPS:
+        for group in args.groups:
             out.append(Sample(shape=shape, n_workers=row["n_count"] + row["n_token"],
                               n_count=row["n_count"], group=group, time_ns=1e3 * row[group]))
     return out
@@ -99,7 +103,7 @@ def samples_from_csv(path: Path, args: argparse.Namespace) -> list[Sample]:
                                            topk=args.top_k, bytes_per_token=int(r["bytes_per_token"])),
                        n_workers=int(r["n_count"]) + int(r["n_token"]), n_count=int(r["n_count"]),
                        group=r["group"], time_ns=1e3 * float(r["measured_us"]))
-                for r in csv.DictReader(f)]
+                for r in csv.DictReader(f) if r["group"] in args.groups]
 
 
 def main() -> int:
@@ -115,6 +119,8 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("calib-out"))
     p.add_argument("--refit", type=Path, help="an earlier calibration.csv to fit again")
+    p.add_argument("--groups", nargs="+", choices=GROUPS, default=list(GROUPS),
+                   help="the groups to sample and fit (count alone: one GPU is enough)")
     args = p.parse_args()
     if args.refit:
         args.ranks = args.ranks or 2
@@ -122,8 +128,8 @@ def main() -> int:
         measured_on = f"the measurements in {args.refit}"
     else:
         args.ranks = args.ranks or torch.cuda.device_count()
-        if args.ranks < 2:
-            print("needs at least 2 GPUs", file=sys.stderr)
+        if args.ranks < 2 and "token" in args.groups:
+            print("the token group needs at least 2 GPUs (one GPU: --groups count)", file=sys.stderr)
             return 2
         rows = run_ranks(sweep_rank, args.ranks, args, pg_backend="nccl", timeout_s=3000)[0]
         samples = samples_of(rows, args)
@@ -133,7 +139,8 @@ def main() -> int:
     table = [{"tokens": s.shape.tokens, "bytes_per_token": s.shape.bytes_per_token,
               "n_count": s.n_count, "n_token": s.n_workers - s.n_count, "group": s.group,
               "measured_us": round(s.time_ns / 1e3, 2),
-              "predicted_us": round(predict(s, traffic(s.shape, topology), fit.params) / 1e3, 2)}
+              "predicted_us": round(predict(s, traffic(s.shape, topology), fit.params) / 1e3, 2),
+              "preset_us": round(predict(s, traffic(s.shape, topology), h200()) / 1e3, 2)}
              for s in samples]
     title = (f"EP{args.ranks} on {measured_on}, {args.experts} experts, "
              f"top-{args.top_k}, bf16; rms error {fit.rms_error_ns / 1e3:.2f} µs, max relative "
