@@ -68,7 +68,9 @@ def count_role(j, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, hist_ptr, 
     last = tl.minimum(first + per, num_pairs)
     es = tl.arange(0, E_BLOCK)
     if (n_count - 1) * per > PREFIX:  # some program of this call waits for the rows before it
-        mine = _range_hist(idx_ptr, first, last, E_BLOCK, CHUNK)
+        # loads PREFIX pairs wide: a long range (few count programs, under an SM budget) in a few
+        # round trips, not one per CHUNK
+        mine = _range_hist(idx_ptr, first, last, E_BLOCK, PREFIX)
         tl.store(hist_ptr + j * E_BLOCK + es, mine)
         tl.debug_barrier()  # the row is stored before the flag is released
         tl.atomic_xchg(flags_ptr + j, epoch, sem="release", scope="gpu")
@@ -81,17 +83,19 @@ def count_role(j, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, hist_ptr, 
     offs = tl.arange(0, CHUNK)
     earlier = offs[None, :] < offs[:, None]  # [p, q]: q comes before p
     stage = (slot * WORLD + rank).to(tl.int64) * tokens_max * TOP_K * 4
+    # each expert's route buffer, gathered per pair, and weights loaded beside the ids: a step waits
+    # for one round trip (its ids), not two (then the weights and the route buffer)
+    routes = tl.load(route_ptrs + es // E_LOCAL, mask=es < WORLD * E_LOCAL, other=0)
     start = first
     while start < last:
         pair = start + offs
+        bits = tl.load(w_ptr + pair, mask=pair < last, other=0.0).to(tl.int32, bitcast=True)
         ids = tl.load(idx_ptr + pair, mask=pair < last, other=-1)
         valid = ids >= 0
         e = tl.maximum(ids, 0).to(tl.int32)
         same = (ids[:, None] == ids[None, :]) & earlier
         order = tl.gather(base, e, 0) + tl.sum(same.to(tl.int32), 1)
-        bits = tl.load(w_ptr + pair, mask=valid, other=0.0).to(tl.int32, bitcast=True)
-        route = tl.load(route_ptrs + e // E_LOCAL, mask=valid, other=0).to(tl.pointer_type(tl.int64))
-        entry = route + stage + pair.to(tl.int64) * 4
+        entry = tl.gather(routes, e, 0).to(tl.pointer_type(tl.int64)) + stage + pair.to(tl.int64) * 4
         tl.store(entry, tl.zeros_like(ids) + epoch, mask=valid)
         tl.store(entry + 1, ((e % E_LOCAL).to(tl.int64) << 32) | order.to(tl.int64), mask=valid)
         tl.store(entry + 2, bits.to(tl.int64) & 0xFFFFFFFF, mask=valid)
