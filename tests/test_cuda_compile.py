@@ -130,6 +130,22 @@ def test_releases_to_the_peers_leave_at_once(mode):
     assert len(releases) == (3 if mode == "sp" else 2), len(releases)
 
 
+@pytest.mark.parametrize("mode", ["sw", "tff"])
+def test_senders_choose_ranks_without_a_reduction_per_rank(mode):
+    """A sender tests each rank a token goes to with a shift of bits computed once per step
+    (``_send_role``), so the decode dispatch holds as many reductions at W = 8 as at W = 2: two per
+    rank and chunk held the last rank's stores behind W of them. (``dc`` and ``sp`` still reduce
+    their batch records' sums per rank.)"""
+    reductions = []
+    for world in (2, 4, 8):
+        constants = dict(_dispatch_constants(mode, like=False, replicate=True, tokens=128,
+                                             counts_first=mode == "tff", profile=False),
+                         WORLD=world, W_BLOCK=world, E_LOCAL=256 // world, L_BLOCK=256 // world)
+        ttgir = _build(dk.dispatch, POINTERS["dispatch"], constants).asm["ttgir"]
+        reductions.append(ttgir.count('"tt.reduce"'))
+    assert len(set(reductions)) == 1, reductions
+
+
 @pytest.mark.parametrize("mode", ["sw", "tff", "sp"])
 def test_count_step_leaves_two_writers_per_sm(mode):
     """The dispatch is one kernel for all its groups, so the count step's ``[CHUNK, CHUNK]``

@@ -38,6 +38,11 @@ PAD_STEP = tl.constexpr(256)  # padding weights a receiver zeroes per store (1 p
 
 
 @triton.jit
+def _bit_or(a, b):
+    return a | b
+
+
+@triton.jit
 def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, epoch, n_send,
                tokens_max, WORLD: tl.constexpr, W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr,
                TOP_K: tl.constexpr, K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr,
@@ -46,7 +51,7 @@ def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, 
     """Sends tokens ``j, j + n_send, ..``, ``ROWS`` of them per step: each chunk of their rows is
     loaded once, as one tile, then stored to every rank that holds one of the token's experts (a
     program keeps ``ROWS`` rows' loads in flight instead of one). Returns its shares of the batch
-    records, ``[W_BLOCK]`` each (``records.add_share``; dc and sp only)."""
+    records, ``[W_BLOCK]`` each (lanes and blocks sent per rank; dc and sp only)."""
     ks = tl.arange(0, K_BLOCK)
     ws = tl.arange(0, W_BLOCK)
     us = tl.arange(0, ROWS)
@@ -70,23 +75,28 @@ def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, 
             owner = tl.where(ids >= 0, ids // E_LOCAL, -1)[:, :, None]  # [ROWS, K_BLOCK, 1]
             goes = (tl.sum((owner == ws[None, None, :]).to(tl.int32), 1) > 0).to(tl.int32)
             tl.store(sent_at, goes.to(tl.int8), mask=sent_mask)
+        # the step's ranks as bits (bit d: rank d), per token and over all of them: a rank's test in
+        # the loop below is then a shift, not two reductions over the tile per chunk and rank (W of
+        # them in a row before the last rank's stores)
+        dest_bits = tl.sum(goes << ws[None, :], 1)  # [ROWS]
+        dests = per_block_row(dest_bits, CB, ROWS)  # [ROWS * CB, 1]
+        any_dest = tl.reduce(dest_bits, 0, _bit_or)
+        if MODE >= DC:  # dc and sp keep batch records: rows sent to each rank
+            rows_to = tl.sum(goes, 0)  # [W_BLOCK]
         for c in range(0, tl.cdiv(NB, CB)):
             _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB, ROWS)
             values = tl.load(x_ptr + t_rows.to(tl.int64) * HIDDEN + p_off,
                              mask=is_payload & (t_rows < num_tokens), other=0)
-            blocks = tl.minimum(NB - c * CB, CB)  # of each row, in this chunk
             for dest in tl.static_range(WORLD):
-                here = tl.sum(tl.where(ws[None, :] == dest, goes, 0), 1) > 0  # [ROWS]
-                n_here = tl.sum(here.to(tl.int32), 0)
-                if n_here > 0:
+                if ((any_dest >> dest) & 1) != 0:
                     stage = symmetric_base(stage_ptrs, dest, x_ptr.dtype.element_ty)
                     stage += (stage_row + t_rows).to(tl.int64) * (NB * BE)
-                    a, b = put_tile(stage, values, c, epoch, t_rows,
-                                    per_block_row(here.to(tl.int32), CB, ROWS) != 0, HIDDEN, BE,
-                                    FE, NB, CB, ROWS, MODE, SENTINEL)
-                    if MODE >= DC:  # dc and sp keep batch records
-                        acc_a, acc_b, acc_n = records.add_share(acc_a, acc_b, acc_n, dest, ws, a,
-                                                                b, blocks * n_here)
+                    a, b = put_tile(stage, values, c, epoch, t_rows, ((dests >> dest) & 1) != 0,
+                                    HIDDEN, BE, FE, NB, CB, ROWS, MODE, SENTINEL)
+                    if MODE >= DC:
+                        acc_a, acc_b = records.add_lanes(acc_a, acc_b, dest, ws, a, b)
+            if MODE >= DC:
+                acc_n += tl.minimum(NB - c * CB, CB) * rows_to  # blocks of each row in this chunk
         first += n_send * ROWS
     return acc_a, acc_b, acc_n
 
