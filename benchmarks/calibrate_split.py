@@ -135,13 +135,16 @@ def main() -> int:
         samples = samples_of(rows, args)
         measured_on = torch.cuda.get_device_name(0)
     topology = flat(args.ranks)
-    fit = calibrate(samples, topology, h200(), count_terms=ONE_PASS_COUNT_TERMS)
-    table = [{"tokens": s.shape.tokens, "bytes_per_token": s.shape.bytes_per_token,
-              "n_count": s.n_count, "n_token": s.n_workers - s.n_count, "group": s.group,
-              "measured_us": round(s.time_ns / 1e3, 2),
-              "predicted_us": round(predict(s, traffic(s.shape, topology), fit.params) / 1e3, 2),
-              "preset_us": round(predict(s, traffic(s.shape, topology), h200()) / 1e3, 2)}
-             for s in samples]
+    preset = h200()
+    fit = calibrate(samples, topology, preset, count_terms=ONE_PASS_COUNT_TERMS)
+    table = []
+    for s in samples:
+        tr = traffic(s.shape, topology)
+        table.append({"tokens": s.shape.tokens, "bytes_per_token": s.shape.bytes_per_token,
+                      "n_count": s.n_count, "n_token": s.n_workers - s.n_count, "group": s.group,
+                      "measured_us": round(s.time_ns / 1e3, 2),
+                      "predicted_us": round(predict(s, tr, fit.params) / 1e3, 2),
+                      "preset_us": round(predict(s, tr, preset) / 1e3, 2)})
     title = (f"EP{args.ranks} on {measured_on}, {args.experts} experts, "
              f"top-{args.top_k}, bf16; rms error {fit.rms_error_ns / 1e3:.2f} µs, max relative "
              f"error {fit.max_rel_error:.1%}; fitted {fit.params}")
