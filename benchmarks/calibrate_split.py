@@ -50,6 +50,8 @@ GROUPS = ("count", "token")
 
 def sweep_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
     """Median group times (µs) of every (tokens, hidden, caps) point on this rank."""
+    from ubep.backends.cuda.backend import COUNT_STEP  # needs Triton: on the GPU only
+
     dev = torch.device("cuda", torch.cuda.current_device())
     rows = []
     for tokens in args.tokens:
@@ -64,6 +66,8 @@ def sweep_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
             buf = ubep.Buffer(hidden=hidden, num_experts=args.experts, top_k=args.top_k,
                               max_tokens_per_rank=tokens, dtype=torch.bfloat16, backend="cuda",
                               layout=layout, profile=True, check_inputs=False)
+            # a count program per step of pairs, up to the cap: the cap, not the model, decides
+            buf._backend.pair_chunk = COUNT_STEP
             for n_count in args.count_groups:
                 for n_send in args.token_groups:
                     buf._backend.max_count, buf._backend.max_send = n_count, n_send

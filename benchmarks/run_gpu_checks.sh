@@ -15,7 +15,8 @@
 # 10-minute calls: one part per call; the whole benchmark needs LIMIT_S=590). `dc`'s stress at 7168
 # elements took about 0.23 s a call on one shared GPU (session 17), 8 minutes per layout: there, run
 # one layout per call, `python3 -m pytest tests/test_cuda.py -k "dc-padded-wide"` (then compact).
-# Logs go to $OUT (default bench-out), one per group. BENCH_ARGS passes options to bench_ep.py.
+# Logs go to $OUT (default bench-out), one per group, a line per test case (a group cut by its limit
+# still names the cases that passed). BENCH_ARGS passes options to bench_ep.py.
 # Meant for 2 or more GPUs of one host; on fewer GPUs than a test has ranks, the cuda backend's ranks
 # share GPU 0 (tests/shared_gpu.py): the protocol is checked, NVLink is not. NVLink multicast stays off.
 set -uo pipefail
@@ -47,13 +48,13 @@ shapes=${SWEEP_SHAPES:-2048:64:4 4096:128:8 4096:1024:8 7168:256:4 7168:256:16}
 for part in "${parts[@]}"; do
   case $part in
     exact)
-      run wire python3 -m pytest -q -rf "${workers[@]}" tests/test_cuda_wire.py tests/test_cuda_launcher.py
-      run exact python3 -m pytest -q -rf "${workers[@]}" tests/test_cuda.py \
+      run wire python3 -m pytest -v -rf "${workers[@]}" tests/test_cuda_wire.py tests/test_cuda_launcher.py
+      run exact python3 -m pytest -v -rf "${workers[@]}" tests/test_cuda.py \
         -k "not stress and not 4-cuda and not 8-cuda" ;;
     worlds)
-      run worlds python3 -m pytest -q -rf "${workers[@]}" tests/test_cuda.py -k "4-cuda or 8-cuda" ;;
+      run worlds python3 -m pytest -v -rf "${workers[@]}" tests/test_cuda.py -k "4-cuda or 8-cuda" ;;
     stress)
-      run stress python3 -m pytest -q -rf "${workers[@]}" tests/test_cuda.py -k stress ;;
+      run stress python3 -m pytest -v -rf "${workers[@]}" tests/test_cuda.py -k stress ;;
     bench)
       # BENCH_ARGS: bench_ep.py options, word-split (say, "--tokens 16 128 512" in one call and
       # "--tokens 4096 8192" in the next on a machine lent for 10-minute calls)

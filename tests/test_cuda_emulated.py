@@ -201,19 +201,25 @@ def test_sm_budget_bounds_every_launch(sync, num_sms, layout):
 
 def test_decode_calls_have_a_count_program_per_step():
     """Calls of at most ``PREFIX_PAIRS`` pairs, whose count programs never wait for one another, get
-    one count program per ``COUNT_STEP`` pairs; larger calls one per ``PAIRS_PER_COUNT``, at most
-    the cap; every call orders ``COUNT_STEP`` pairs a step."""
-    from ubep.backends.cuda.backend import COUNT_STEP, MAX_COUNT, PAIRS_PER_COUNT, PREFIX_PAIRS
+    one count program per ``COUNT_STEP`` pairs; larger calls as many as the cost model's count term
+    is least with at the upper edge of their token bucket (``best_count``), at most the cap; every
+    call orders ``COUNT_STEP`` pairs a step."""
+    from ubep.backends.cuda.backend import COUNT_STEP, PREFIX_PAIRS, SPLIT_BUCKET_TOKENS
+    from ubep.topology import flat
+    from ubep.tuning import DispatchShape, best_count, h200
 
     case = Case(tokens=(64, 64), hidden=64, num_experts=256, top_k=8, max_tokens=4096)
     backend = emulated_backends(case)[0]
-    backend.pair_chunk, backend.prefix_pairs = PAIRS_PER_COUNT, PREFIX_PAIRS
+    backend.pair_chunk, backend.prefix_pairs = None, PREFIX_PAIRS
     decode = PREFIX_PAIRS // 8  # tokens of top-8
     counts = [backend._workers(t).count for t in (0, 1, 16, 128, decode, decode + 1, 4096)]
-    assert counts == [1, 1, 4, 32, PREFIX_PAIRS // COUNT_STEP, 17, MAX_COUNT]
+    edge = -(-(decode + 1) // SPLIT_BUCKET_TOKENS) * SPLIT_BUCKET_TOKENS
+    modelled = best_count(DispatchShape(tokens=edge, experts=256, topk=8, bytes_per_token=128),
+                          256, flat(2), h200())
+    assert counts == [1, 1, 4, 32, PREFIX_PAIRS // COUNT_STEP, modelled, 99]  # best_count's example
     assert backend._count_step() == COUNT_STEP
     backend.max_count = 8
-    assert backend._workers(128).count == 8 and backend._workers(32).count == 8
+    assert [backend._workers(t).count for t in (32, 128, 4096)] == [8, 8, 8]
     # the pairs a count program loads to count those before it: what the call has, in powers of 2
     widths = [backend._prefix_width(t) for t in (0, 1, 5, 16, 128, decode, decode + 1, 4096)]
     assert widths == [COUNT_STEP, COUNT_STEP, 64, 128, 1024, PREFIX_PAIRS, PREFIX_PAIRS, PREFIX_PAIRS]

@@ -18,6 +18,7 @@ from ubep.tuning import (
     DispatchShape,
     Sample,
     SplitCache,
+    best_count,
     best_split,
     bsp_time,
     calibrate,
@@ -141,6 +142,22 @@ def test_best_split_is_the_exact_minimum():
         assert max(split.count_ns, split.token_ns) == min(totals)
         assert split.n_count == 1 + totals.index(min(totals))  # ties go to fewer count workers
         assert best_split(s, CM384_AIVS, tr, p) == split  # a hop mix works as well as a topology
+
+
+def test_best_count_worked_example():
+    """Without a budget to split, the count programs alone: ``pair_ns * ceil(T * K / n) +
+    chain_ns * n`` is least at 99 programs of 4096 tokens (331 pairs each), 50 of 1024."""
+    p, topo = h200(), flat(1)
+    assert p.beta_ns == p.cumsum_ns_per_source == 0  # the pair and chain terms alone depend on n
+    assert [best_count(shape(t, 256), 256, topo, p) for t in (1024, 4096)] == [50, 99]
+    s, tr = shape(4096, 256), traffic(shape(4096, 256), topo)
+    assert (count_group_ns(s, 99, tr, p) - count_group_ns(s, 1, tr, p)
+            == pytest.approx(32.4 * 331 + 106 * 99 - (32.4 * 32768 + 106)))
+    assert best_count(s, 64, topo, p) == 64  # the cap binds below the optimum
+    for w, t in itertools.product((64, 256), (8, 128)):  # ties go to fewer, as in best_split
+        s, topo = shape(t, w), cm384(w)
+        times = [count_group_ns(s, c, traffic(s, topo), cm384_ascend()) for c in range(1, 49)]
+        assert best_count(s, 48, topo, cm384_ascend()) == 1 + times.index(min(times))
 
 
 def test_bsp_worked_example_and_decomposition_wins():
@@ -289,6 +306,8 @@ def test_cache_consults_the_tuner_only_on_a_new_bucket():
     cache.split(shape(100, 256, row=7168), H200_SMS)  # other row size
     assert (cache.hits, cache.misses) == (3, 4)
     assert [cache.bucket(t) for t in (0, 1, 4096, 4097)] == [0, 1, 1, 2]
+    assert cache.count(shape(1000, 256), 256) == best_count(shape(4096, 256), 256, topo, p)
+    assert cache.count(shape(4096, 256), 256) == 99 and (cache.hits, cache.misses) == (4, 5)
 
 
 def test_small_buckets_for_decode():
@@ -316,6 +335,8 @@ def test_small_buckets_for_decode():
     (lambda: SplitCache(flat(2), h200(), bucket_tokens=0), ValueError, "bucket_tokens must be >= 1"),
     (lambda: SplitCache(flat(2), {}), TypeError, "params must be a CostParams"),
     (lambda: SplitCache(flat(2), h200()).split(shape(8, 64), 1), ValueError, "n_workers must be >= 2"),
+    (lambda: SplitCache(flat(2), h200()).count(shape(8, 64), 0), ValueError, "n_max must be >= 1"),
+    (lambda: best_count(shape(8, 64), 8, flat(2), None), TypeError, "params must be a CostParams"),
 ])
 def test_bad_arguments_are_named(call, error, words):
     with pytest.raises(error, match=words):

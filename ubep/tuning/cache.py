@@ -12,19 +12,21 @@ there.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from ubep.checks import check_int
 from ubep.topology import Topology
 from ubep.tuning.model import DispatchShape
 from ubep.tuning.params import CostParams
-from ubep.tuning.split import Split, best_split
+from ubep.tuning.split import Split, best_count, best_split
 
 UNIEP_BUCKET_TOKENS = 4096
 
 
 class SplitCache:
-    """``split(shape, n_workers)`` for one topology and one parameter set, memoized per
+    """``split(shape, n_workers)`` (and ``count(shape, n_max)``, the count workers where no budget
+    is split) for one topology and one parameter set, memoized per
     ``(bucket, experts, topk, bytes_per_token, n_workers)``.
 
     Example: with ``bucket_tokens=4096``, ``T = 100, 4096, 3000`` are one miss (tuned at 4096) and
@@ -41,22 +43,30 @@ class SplitCache:
         self.topology, self.params, self.bucket_tokens = topology, params, bucket_tokens
         self.hits = self.misses = 0
         self._splits: dict[tuple[int, int, int, int, int], Split] = {}
+        self._counts: dict[tuple[int, int, int, int, int], int] = {}
 
     def bucket(self, tokens: int) -> int:
         check_int("tokens", tokens, 0)
         return math.ceil(tokens / self.bucket_tokens)
 
     def split(self, shape: DispatchShape, n_workers: int) -> Split:
+        return self._tuned(self._splits, best_split, shape, "n_workers", n_workers, 2)
+
+    def count(self, shape: DispatchShape, n_max: int) -> int:
+        return self._tuned(self._counts, best_count, shape, "n_max", n_max, 1)
+
+    def _tuned(self, table: dict, tune: Callable, shape: DispatchShape, name: str, n: int,
+               least: int):
+        """``tune`` at the upper edge of ``shape``'s bucket with ``n`` workers, once per key."""
         if not isinstance(shape, DispatchShape):
             raise TypeError(f"shape must be a DispatchShape, got {type(shape).__name__}")
-        check_int("n_workers", n_workers, 2)
+        check_int(name, n, least)
         b = self.bucket(shape.tokens)
-        key = (b, shape.experts, shape.topk, shape.bytes_per_token, n_workers)
-        if key in self._splits:
+        key = (b, shape.experts, shape.topk, shape.bytes_per_token, n)
+        if key in table:
             self.hits += 1
-            return self._splits[key]
-        self.misses += 1
-        split = best_split(replace(shape, tokens=b * self.bucket_tokens), n_workers, self.topology,
-                           self.params)
-        self._splits[key] = split
-        return split
+        else:
+            self.misses += 1
+            table[key] = tune(replace(shape, tokens=b * self.bucket_tokens), n, self.topology,
+                              self.params)
+        return table[key]

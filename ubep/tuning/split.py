@@ -92,6 +92,20 @@ def best_split(shape: DispatchShape, n_workers: int, fabric: Topology | Traffic,
     return Split(n_count, n_workers - n_count, t_count, t_token, tail, total + tail, closed)
 
 
+def best_count(shape: DispatchShape, n_max: int, fabric: Topology | Traffic,
+               params: CostParams) -> int:
+    """The ``n_count`` in ``[1, n_max]`` with the least ``T_count``, for a count group whose
+    workers take no slots from the token group (no worker budget to split); ties go to fewer.
+
+    Example: ``flat(1)``, ``T=4096, E=256, K=8``, the ``h200`` preset (``pair_ns=32.4``,
+    ``chain_ns=106``), ``n_max=256``: ``32.4 * ceil(32768 / n) + 106 * n`` is least at ``n = 99``
+    (``32.4 * 331 + 106 * 99 = 21218.4`` on top of the constants); ``T=1024``: ``n = 50``.
+    """
+    check_int("n_max", n_max, 1)
+    tr = resolve_traffic(shape, fabric, params)
+    return min(range(1, n_max + 1), key=lambda n: count_group_ns(shape, n, tr, params))
+
+
 def bsp_time(shape: DispatchShape, n_workers: int, fabric: Topology | Traffic,
              params: CostParams) -> BspTime:
     """The same work in phases behind two global barriers (UBEP Fig. 2: SyncAll after sending,

@@ -9,9 +9,9 @@ bit in every sync mode (``sw``, ``tff``, ``dc``, ``sp``; ``ubep.protocol``).
 
 Each direction has its own buffer set (symmetric buffers with two slots by call parity, and device
 epoch words): dispatch and ``dispatch_like`` share one, combine and ``return_pair_values`` the other.
-Group sizes (``Workers``): without an SM budget, fixed caps; with ``num_sms``, at most that many
-programs per launch, the count / token split chosen by ``ubep.tuning`` (H200 constants calibrated from
-in-kernel stamps, ``benchmarks/calibrate_split.py``).
+Group sizes (``Workers``): without an SM budget, fixed caps, and count programs chosen by ``ubep.tuning``;
+with ``num_sms``, at most that many programs per launch, the count / token split chosen by
+``ubep.tuning`` (H200 constants calibrated from in-kernel stamps, ``benchmarks/calibrate_split.py``).
 """
 
 from __future__ import annotations
@@ -56,10 +56,11 @@ SEND_TILE_BYTES = 32768
 # tokens the compact writers' launch ended with its token group at 39 µs instead of 65, at 16384
 # at 142 instead of 190 (session 23).
 COUNT_STEP = 32
-# Larger calls, whose count programs wait for the rows of the lower ones, have one per this many
-# pairs (at most MAX_COUNT): one per 32 pairs at 1024 tokens (256 programs, each adding the rows of
-# all before it) ended the count group at 29 µs instead of 11.5 (session 23).
-PAIRS_PER_COUNT = 128
+# Larger calls, whose count programs wait for the rows of the lower ones, take as many as the cost
+# model's count term is least with (``ubep.tuning.best_count``: each program orders its share of the
+# pairs, then adds the rows of all before it), at most MAX_COUNT. W = 1, compact layout, no budget
+# (session 37): 128 pairs a program ended the 4096-token count group at 38.5 µs, 256 at 30.3 (the
+# model: 99 programs, 331 pairs); at 1024 tokens 13.1 against 14.0 (the model: 50, 164 pairs).
 # A count program whose range starts within this many pairs counts those before it itself, in one
 # load, instead of waiting for the rows of the programs that hold them (256 tokens of top-8). That
 # load and its histogram are only as wide as the call's pairs (a power of 2, so one kernel variant
@@ -305,16 +306,16 @@ class CudaBackend(Backend):
         else:
             shared = 1 if self.split_launches else 2
             self.receivers = min(self.receive_items, (budget - self.verifiers) // shared)
-        self.splits = None if budget is None else SplitCache(flat(w), h200(),
-                                                             bucket_tokens=SPLIT_BUCKET_TOKENS)
+        # the count / token split under a budget, the count programs alone without one
+        self.splits = SplitCache(flat(w), h200(), bucket_tokens=SPLIT_BUCKET_TOKENS)
         self.last_launches: dict[str, LaunchStamps] = {}  # per op, with profiling on
         self.phased = False  # see the dispatch section
         # Caps of the count and token groups: free to change between calls (the receiving group is
         # fixed per buffer); benchmarks/calibrate_split.py sweeps them.
         self.max_count, self.max_send = MAX_COUNT, MAX_SEND
-        # pairs per count program in calls past prefix_pairs, and at most that many per step: a power
-        # of 2; tests lower it to get several count programs
-        self.pair_chunk = PAIRS_PER_COUNT
+        # where set, at most this many pairs per count program in calls past prefix_pairs, and per
+        # step (a power of 2): tests lower it to get several count programs; None: the model's count
+        self.pair_chunk: int | None = None
         self.prefix_pairs = PREFIX_PAIRS  # a power of 2; tests lower it to take both paths
         # what never changes for this buffer is bound once: the per-launch key leaves it out
         sym = self.sym
@@ -378,14 +379,17 @@ class CudaBackend(Backend):
     def _workers(self, num_tokens: int) -> Workers:
         cfg = self.config
         count, send = self.max_count, self.max_send
-        if self.splits is not None:
-            shape = DispatchShape(tokens=num_tokens, experts=cfg.num_experts, topk=cfg.top_k,
-                                  bytes_per_token=cfg.hidden * cfg.dtype.itemsize)
-            split = self.splits.split(shape, self._senders(1))  # 1: the compact layout's sizing
+        if cfg.num_sms is not None:
+            split = self.splits.split(self._shape(num_tokens), self._senders(1))  # 1: compact's sizing
             count, send = min(split.n_count, MAX_COUNT), split.n_token
         return Workers(count=self._count_programs(num_tokens, count),
                        send=max(1, min(num_tokens, send)), recv=self.receivers,
                        verify=self._verifiers(num_tokens))
+
+    def _shape(self, num_tokens: int) -> DispatchShape:
+        cfg = self.config
+        return DispatchShape(tokens=num_tokens, experts=cfg.num_experts, topk=cfg.top_k,
+                             bytes_per_token=cfg.hidden * cfg.dtype.itemsize)
 
     def _decode_programs(self, num_tokens: int) -> int:
         """Count programs of a call of ``num_tokens`` tokens here at one decode step of pairs each, in
@@ -398,12 +402,17 @@ class CudaBackend(Backend):
 
     def _count_programs(self, num_tokens: int, cap: int) -> int:
         """Count programs of a call of ``num_tokens`` tokens here, at most ``cap``: one per step of
-        pairs where that many fit and never wait for one another, else one per ``pair_chunk`` pairs
-        at least."""
+        pairs where that many fit and never wait for one another; else one per ``pair_chunk`` pairs
+        where that is set; else, without an SM budget, as many as the cost model's count term is
+        least with (under a budget ``cap`` is the model's split already)."""
         decode = self._decode_programs(num_tokens)
         if 0 < decode <= cap:
             return decode
-        return max(1, min(-(-num_tokens * self.config.top_k // self.pair_chunk), cap))
+        if self.pair_chunk is not None:
+            return max(1, min(-(-num_tokens * self.config.top_k // self.pair_chunk), cap))
+        if self.config.num_sms is None:
+            return self.splits.count(self._shape(num_tokens), cap)
+        return cap
 
     def _prefix_width(self, num_tokens: int) -> int:
         """``PREFIX`` of a call of ``num_tokens`` tokens: the pairs a count program loads at once to
@@ -414,7 +423,7 @@ class CudaBackend(Backend):
 
     def _count_step(self) -> int:
         """Pairs a count program orders per step (``COUNT_STEP``; fewer where ``pair_chunk`` is)."""
-        return min(self.pair_chunk, COUNT_STEP)
+        return COUNT_STEP if self.pair_chunk is None else min(self.pair_chunk, COUNT_STEP)
 
     def _verifiers(self, num_tokens: int) -> int:
         """``dc``'s verifier programs of a call with ``num_tokens`` tokens here (0 in other modes)."""
@@ -438,7 +447,7 @@ class CudaBackend(Backend):
         in ``dc``), and at least one."""
         cfg = self.config
         send = min(cfg.world_size * cfg.max_tokens_per_rank,
-                   MAX_COMBINE_SEND if self.splits is None else self._senders(0))
+                   MAX_COMBINE_SEND if self.config.num_sms is None else self._senders(0))
         recv = max(1, min(self.receivers, self._reducer_parts() * num_tokens))
         return Workers(0, send, recv, verify=self._verifiers(num_tokens))
 
