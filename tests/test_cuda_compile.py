@@ -108,13 +108,15 @@ def test_dispatch_compiles(mode, like, replicate):
 def test_two_receivers_per_item_cost_no_registers(mode):
     """The padded layout's one launch of a 128-token call at W = 2 (one row per sender and
     receiver step): two receivers per item must not make the kernel heavier, or the doubled
-    receivers would find fewer programs per SM (``backend.RECV_PARTS``)."""
+    receivers would find fewer programs per SM (``backend.RECV_PARTS``). ptxas may keep a few
+    values in local memory to fit more programs per SM (``sp``: 64 registers and 16 bytes of
+    stack, four programs per SM, where 80 and none fit three); a tile spilled would take more."""
     constants = _dispatch_constants(mode, like=False, replicate=True, tokens=128,
                                     counts_first=mode == "tff", profile=False)
     used = [_resources(_build(dk.dispatch, POINTERS["dispatch"],
                               dict(constants, ROWS=1, RECV_ROWS=1, RECV_PARTS=parts)).asm["cubin"])
             for parts in (1, 2)]
-    assert used[1]["REG"] <= used[0]["REG"] and used[1]["STACK"] == 0, used
+    assert used[1]["REG"] <= used[0]["REG"] and used[1]["STACK"] <= 16, used
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -130,12 +132,13 @@ def test_releases_to_the_peers_leave_at_once(mode):
     assert len(releases) == (3 if mode == "sp" else 2), len(releases)
 
 
-@pytest.mark.parametrize("mode", ["sw", "tff"])
+@pytest.mark.parametrize("mode", MODES)
 def test_senders_choose_ranks_without_a_reduction_per_rank(mode):
-    """A sender tests each rank a token goes to with a shift of bits computed once per step
-    (``_send_role``), so the decode dispatch holds as many reductions at W = 8 as at W = 2: two per
-    rank and chunk held the last rank's stores behind W of them. (``dc`` and ``sp`` still reduce
-    their batch records' sums per rank.)"""
+    """A sender tests each rank a token goes to with a shift of bits computed once per step, and
+    builds a chunk's wire image and batch record shares once for all ranks (``_send_role``), so the
+    decode dispatch holds no more reductions at W = 4 and 8 than at W = 2: two per rank and chunk
+    held the last rank's stores behind W of them, and ``dc`` / ``sp`` summed their records per rank
+    and chunk."""
     reductions = []
     for world in (2, 4, 8):
         constants = dict(_dispatch_constants(mode, like=False, replicate=True, tokens=128,
@@ -143,7 +146,7 @@ def test_senders_choose_ranks_without_a_reduction_per_rank(mode):
                          WORLD=world, W_BLOCK=world, E_LOCAL=256 // world, L_BLOCK=256 // world)
         ttgir = _build(dk.dispatch, POINTERS["dispatch"], constants).asm["ttgir"]
         reductions.append(ttgir.count('"tt.reduce"'))
-    assert len(set(reductions)) == 1, reductions
+    assert max(reductions) == reductions[0], reductions
 
 
 @pytest.mark.parametrize("mode", ["sw", "tff", "sp"])

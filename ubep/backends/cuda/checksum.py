@@ -86,14 +86,14 @@ def marker_words(values, BITS: tl.constexpr):
 
 
 @triton.jit
-def lanes(w0, w1, first_word, valid):
-    """Checksum lanes ``(A, B)`` (u32 scalars) of the blocks whose wire marker words are ``w0, w1``
-    and whose word 0 is number ``first_word`` (same shapes), counting only ``valid`` blocks."""
+def block_lanes(w0, w1, first_word):
+    """Each block's checksum lanes ``(A, B)`` (u32, same shapes as the arguments): the block's wire
+    marker words are ``w0, w1`` and its word 0 is number ``first_word``. A batch's lanes are their
+    sums over its blocks (mod 2**32)."""
     k2 = first_word * 2
     a = fmix32(w0 ^ fmix32(k2)) + fmix32(w1 ^ fmix32(k2 + 2))
     b = fmix32(w0 ^ fmix32(k2 + 1)) + fmix32(w1 ^ fmix32(k2 + 3))
-    zero = tl.zeros_like(a)
-    return tl.sum(tl.where(valid, a, zero)), tl.sum(tl.where(valid, b, zero))
+    return a, b
 
 
 @triton.jit
@@ -124,18 +124,19 @@ def wire_lanes(wire_ptr, rows, NB: tl.constexpr, NB_BLOCK: tl.constexpr):
     valid = (r >= 0) & (b < NB)
     block = r * NB + b
     w0, w1 = _held_markers(wire_ptr, block, valid)
-    a, lb = lanes(w0, w1, (block * 2).to(tl.uint32), valid)
-    return a, lb, tl.sum(tl.sum(valid.to(tl.int32), 1), 0)
+    a, b = block_lanes(w0, w1, (block * 2).to(tl.uint32))
+    zero = tl.zeros_like(a)
+    return (tl.sum(tl.where(valid, a, zero)), tl.sum(tl.where(valid, b, zero)),
+            tl.sum(tl.sum(valid.to(tl.int32), 1), 0))
 
 
 @triton.jit
-def collides(values, valid, SENTINEL: tl.constexpr, BITS: tl.constexpr):
-    """Whether a ``valid`` block (``[CB, 1]``) of the payload tile ``values [CB, BE]`` would carry the
-    sentinel word ``SENTINEL`` (u32) in both marker words: an int32 count of such blocks."""
+def collides(values, SENTINEL: tl.constexpr, BITS: tl.constexpr):
+    """``[CB]``: whether each block of the payload tile ``values [CB, BE]`` would carry the sentinel
+    word ``SENTINEL`` (u32) in both marker words."""
     w0, w1 = marker_words(values, BITS)
     s = tl.full([], SENTINEL, tl.uint32)
-    hit = (w0 == s) & (w1 == s) & (tl.reshape(valid, [values.shape[0]]))
-    return tl.sum(hit.to(tl.int32), 0)
+    return (w0 == s) & (w1 == s)
 
 
 @triton.jit

@@ -32,7 +32,7 @@ from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda import records, sync, verify
 from ubep.backends.cuda.counting import count_role
 from ubep.backends.cuda.kernels import any_true, lane, part_step, symmetric_base
-from ubep.backends.cuda.wire import DC, SP, per_block_row, put_tile, take_tiles, tile, tile_rows
+from ubep.backends.cuda.wire import DC, SP, per_block_row, store_tile, take_tiles, tile, tile_rows, wire_tile
 
 PAD_STEP = tl.constexpr(256)  # padding weights a receiver zeroes per store (1 per thread)
 
@@ -81,22 +81,31 @@ def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, 
         dest_bits = tl.sum(goes << ws[None, :], 1)  # [ROWS]
         dests = per_block_row(dest_bits, CB, ROWS)  # [ROWS * CB, 1]
         any_dest = tl.reduce(dest_bits, 0, _bit_or)
-        if MODE >= DC:  # dc and sp keep batch records: rows sent to each rank
-            rows_to = tl.sum(goes, 0)  # [W_BLOCK]
+        # dc and sp keep batch records: each block-row's shares, summed over the chunks, then each
+        # rank's with one reduction for all ranks (sums mod 2**32: any order gives the same)
+        shares_a = tl.zeros([ROWS * CB, 1], dtype=tl.uint32)
+        shares_b = tl.zeros([ROWS * CB, 1], dtype=tl.uint32)
         for c in range(0, tl.cdiv(NB, CB)):
             _, p_off, is_payload, _ = tile(c, HIDDEN, BE, FE, NB, CB, ROWS)
             values = tl.load(x_ptr + t_rows.to(tl.int64) * HIDDEN + p_off,
                              mask=is_payload & (t_rows < num_tokens), other=0)
+            # the chunk's wire image and record shares are the same for every rank: built once
+            wired, block_a, block_b = wire_tile(values, c, epoch, t_rows, HIDDEN, BE, FE, NB, CB,
+                                                ROWS, MODE, SENTINEL)
             for dest in tl.static_range(WORLD):
                 if ((any_dest >> dest) & 1) != 0:
                     stage = symmetric_base(stage_ptrs, dest, x_ptr.dtype.element_ty)
                     stage += (stage_row + t_rows).to(tl.int64) * (NB * BE)
-                    a, b = put_tile(stage, values, c, epoch, t_rows, ((dests >> dest) & 1) != 0,
-                                    HIDDEN, BE, FE, NB, CB, ROWS, MODE, SENTINEL)
-                    if MODE >= DC:
-                        acc_a, acc_b = records.add_lanes(acc_a, acc_b, dest, ws, a, b)
-            if MODE >= DC:
-                acc_n += tl.minimum(NB - c * CB, CB) * rows_to  # blocks of each row in this chunk
+                    store_tile(stage, wired, c, ((dests >> dest) & 1) != 0, HIDDEN, BE, FE, NB,
+                               CB, ROWS)
+            shares_a += block_a
+            shares_b += block_b
+        if MODE >= DC:
+            to = ((dests >> ws[None, :]) & 1) != 0  # [ROWS * CB, W_BLOCK]
+            acc_a += tl.sum(tl.where(to, shares_a, 0), 0)
+            if MODE == DC:
+                acc_b += tl.sum(tl.where(to, shares_b, 0), 0)
+            acc_n += NB * tl.sum(goes, 0)  # every block of each row sent to each rank
         first += n_send * ROWS
     return acc_a, acc_b, acc_n
 

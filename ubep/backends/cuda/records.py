@@ -46,19 +46,12 @@ def state_words(world: int, split: int) -> int:
 
 
 @triton.jit
-def add_lanes(acc_a, acc_b, dest, ws, a, b):
-    """Stored blocks' lanes (``put_tile``'s sums ``a, b``) added at ``dest`` of the ``[W_BLOCK]``
-    per-destination sums of a send program (``ws = tl.arange(0, W_BLOCK)``)."""
-    here = ws == dest
-    return tl.where(here, acc_a + a, acc_a), tl.where(here, acc_b + b, acc_b)
-
-
-@triton.jit
 def add_share(acc_a, acc_b, acc_n, dest, ws, a, b, blocks):
     """A row's share (``put_tile`` sums ``a, b``; ``blocks`` sent) added at ``dest`` of the
     ``[W_BLOCK]`` per-destination sums of a send program (``ws = tl.arange(0, W_BLOCK)``)."""
-    acc_a, acc_b = add_lanes(acc_a, acc_b, dest, ws, a, b)
-    return acc_a, acc_b, tl.where(ws == dest, acc_n + blocks, acc_n)
+    here = ws == dest
+    return (tl.where(here, acc_a + a, acc_a), tl.where(here, acc_b + b, acc_b),
+            tl.where(here, acc_n + blocks, acc_n))
 
 
 @triton.jit

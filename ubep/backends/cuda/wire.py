@@ -97,33 +97,62 @@ def _first_word(row, c, NB: tl.constexpr, CB: tl.constexpr, U: tl.constexpr):
 
 
 @triton.jit
-def put_tile(wire_ptr, values, c, epoch, row, live, HIDDEN: tl.constexpr, BE: tl.constexpr,
-             FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, U: tl.constexpr,
-             MODE: tl.constexpr, SENTINEL: tl.constexpr):
-    """Store chunk ``c`` of ``U`` rows whose payload elements are ``values`` (a ``[U * CB, BE]``
-    :func:`tile` of the wire's integer type) into the wire rows starting at ``wire_ptr``, flags and
-    masks included; rows numbered ``row`` in their batch, only where ``live`` (``wire_ptr``, ``row``
-    and ``live`` are scalars or ``[U * CB, 1]``). Returns what the batch record needs: ``dc`` the
-    checksum lanes ``(A, B)`` of the stored blocks; ``sp`` (as ``A``) how many of them carry the
-    sentinel; zeros otherwise."""
-    w_off, _, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB, U)
-    dt: tl.constexpr = wire_ptr.dtype.element_ty
-    bits: tl.constexpr = dt.primitive_bitwidth
+def wire_tile(values, c, epoch, row, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
+              NB: tl.constexpr, CB: tl.constexpr, U: tl.constexpr, MODE: tl.constexpr,
+              SENTINEL: tl.constexpr):
+    """Chunk ``c`` of ``U`` rows numbered ``row`` in their batch (a scalar or ``[U * CB, 1]``),
+    whose payload elements are ``values`` (a ``[U * CB, BE]`` :func:`tile` of the wire's integer
+    type), as the wire holds it, flags and masks included; and what each block-row adds to its
+    batch record, ``[U * CB, 1]`` u32 each: ``dc`` its checksum lanes ``(A, B)``, ``sp`` (as ``A``)
+    1 where it carries the sentinel, 0 otherwise and past the row. The same for every rank the
+    rows go to: a sender builds it once and stores it to each (:func:`store_tile`)."""
+    _, _, is_payload, is_flag = tile(c, HIDDEN, BE, FE, NB, CB, U)
+    bits: tl.constexpr = values.dtype.primitive_bitwidth
     if FE > 0:
-        flags = flag_bits(epoch, BE, FE, bits).to(dt)
+        flags = flag_bits(epoch, BE, FE, bits).to(values.dtype)
         values = tl.where(is_flag, flags, values)
     values = tl.where(is_payload | is_flag, values, 0)
-    lane_a = tl.zeros([], dtype=tl.uint32)
-    lane_b = tl.zeros([], dtype=tl.uint32)
-    sent = (_blocks(c, CB, U) < NB) & live
+    block_a = tl.zeros([U * CB, 1], dtype=tl.uint32)
+    block_b = tl.zeros([U * CB, 1], dtype=tl.uint32)
+    real = _blocks(c, CB, U) < NB
     if MODE == DC:
         first = _first_word(row, c, NB, CB, U)
         values = ck.mask_tile(values, first, ck.digest(epoch), bits)
         w0, w1 = ck.marker_words(values, bits)
-        lane_a, lane_b = ck.lanes(w0, w1, tl.reshape(first, [U * CB]), tl.reshape(sent, [U * CB]))
+        a, b = ck.block_lanes(w0, w1, tl.reshape(first, [U * CB]))
+        block_a = tl.where(real, tl.reshape(a, [U * CB, 1]), 0)
+        block_b = tl.where(real, tl.reshape(b, [U * CB, 1]), 0)
     if MODE == SP:
-        lane_a = ck.collides(values, sent, SENTINEL, bits).to(tl.uint32)
-    tl.store(wire_ptr + w_off, values, mask=(w_off < NB * BE) & live)
+        hit = tl.reshape(ck.collides(values, SENTINEL, bits), [U * CB, 1])
+        block_a = (hit & real).to(tl.uint32)
+    return values, block_a, block_b
+
+
+@triton.jit
+def store_tile(wire_ptr, wired, c, live, HIDDEN: tl.constexpr, BE: tl.constexpr,
+               FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, U: tl.constexpr):
+    """Store the wire tile ``wired`` of chunk ``c`` (:func:`wire_tile`) into the wire rows starting at
+    ``wire_ptr``, only where ``live`` (``wire_ptr`` and ``live`` scalars or ``[U * CB, 1]``)."""
+    w_off, _, _, _ = tile(c, HIDDEN, BE, FE, NB, CB, U)
+    tl.store(wire_ptr + w_off, wired, mask=(w_off < NB * BE) & live)
+
+
+@triton.jit
+def put_tile(wire_ptr, values, c, epoch, row, live, HIDDEN: tl.constexpr, BE: tl.constexpr,
+             FE: tl.constexpr, NB: tl.constexpr, CB: tl.constexpr, U: tl.constexpr,
+             MODE: tl.constexpr, SENTINEL: tl.constexpr):
+    """:func:`wire_tile`, then :func:`store_tile` (rows of one destination). Returns what the batch
+    record needs: the sums over the stored block-rows (``dc`` the lanes ``(A, B)``, ``sp`` as ``A``
+    the blocks that carry the sentinel); zeros otherwise."""
+    wired, block_a, block_b = wire_tile(values, c, epoch, row, HIDDEN, BE, FE, NB, CB, U, MODE,
+                                        SENTINEL)
+    store_tile(wire_ptr, wired, c, live, HIDDEN, BE, FE, NB, CB, U)
+    lane_a = tl.zeros([], dtype=tl.uint32)
+    lane_b = tl.zeros([], dtype=tl.uint32)
+    if MODE >= DC:  # dc and sp
+        lane_a = tl.sum(tl.sum(tl.where(live, block_a, 0), 1), 0)
+    if MODE == DC:
+        lane_b = tl.sum(tl.sum(tl.where(live, block_b, 0), 1), 0)
     return lane_a, lane_b
 
 
