@@ -9,9 +9,10 @@ bit in every sync mode (``sw``, ``tff``, ``dc``, ``sp``; ``ubep.protocol``).
 
 Each direction has its own buffer set (symmetric buffers with two slots by call parity, and device
 epoch words): dispatch and ``dispatch_like`` share one, combine and ``return_pair_values`` the other.
-Group sizes (``Workers``): without an SM budget, fixed caps, and count programs chosen by ``ubep.tuning``;
-with ``num_sms``, at most that many programs per launch, the count / token split chosen by
-``ubep.tuning`` (H200 constants calibrated from in-kernel stamps, ``benchmarks/calibrate_split.py``).
+Group sizes (``Workers``): without an SM budget, fixed caps and the count programs chosen by
+``ubep.tuning``; with ``num_sms``, at most that many programs per launch, the count / token split
+chosen by ``ubep.tuning`` (H200 constants calibrated from in-kernel stamps,
+``benchmarks/calibrate_split.py``).
 """
 
 from __future__ import annotations
@@ -447,7 +448,7 @@ class CudaBackend(Backend):
         in ``dc``), and at least one."""
         cfg = self.config
         send = min(cfg.world_size * cfg.max_tokens_per_rank,
-                   MAX_COMBINE_SEND if self.config.num_sms is None else self._senders(0))
+                   MAX_COMBINE_SEND if cfg.num_sms is None else self._senders(0))
         recv = max(1, min(self.receivers, self._reducer_parts() * num_tokens))
         return Workers(0, send, recv, verify=self._verifiers(num_tokens))
 
