@@ -1,7 +1,7 @@
 """The CUDA backend: one node of W GPUs over NVLink symmetric memory, synchronized by the data.
 
-A dispatch is one kernel (``dispatch_kernels``; the compact layout launches it twice, around the one
-host synchronization that sizes its output) and a combine is one kernel (``combine_kernels``). Their
+A dispatch is one kernel (``dispatch_kernels``; the compact layout launches it twice, around the host's
+read of its output's size, which the first launch writes into pinned memory) and a combine is one kernel (``combine_kernels``). Their
 program groups run at once and meet only through per-source records and per-row arrival rules
 (``sync``, ``wire``): no barrier, no host synchronization in the padded layout, so a dispatch and a
 combine can be captured in a CUDA graph and replayed. Results equal the reference backend's bit for
@@ -17,7 +17,9 @@ chosen by ``ubep.tuning`` (H200 constants calibrated from in-kernel stamps,
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import time
 from dataclasses import dataclass, replace
 
 import torch
@@ -124,6 +126,9 @@ SPLIT_BUCKET_TOKENS = 128
 # Up to this many tokens, senders wait for the counts to leave first: the receivers then know their
 # rows before the tokens land, instead of seeing the counts behind the tokens on the link.
 COUNTS_FIRST_TOKENS = 512
+# Polls of the compact layout's size word (a load and an event query each, about a µs) before each
+# further poll yields the GIL: a wait that long is for late peers, not for the count exchange.
+SPIN_POLLS = 1000
 
 
 def row_meta(sync_mode: str, hidden: int, elem_bytes: int, tokens: int = 0) -> dict:
@@ -286,6 +291,12 @@ class CudaBackend(Backend):
         # so that the waits' early give-up polls no host memory.
         self.error_block = torch.tensor([0, self.errors.data_ptr()], dtype=i64, device=device)
         self.timeout_ns = int(cfg.timeout_s * 1e9)
+        # The compact layout's rows per local expert, then their sum, written by its sizing launch
+        # for the host to poll (``_received_rows``): pinned, device-addressable.
+        el = cfg.num_local_experts
+        self.host_tpe = torch.zeros(el + 1, dtype=i64, pin_memory=device.type == "cuda")
+        self.host_rows = ctypes.c_int64.from_address(self.host_tpe.data_ptr() + 8 * el)
+        self.sized = torch.cuda.Event() if device.type == "cuda" else None  # recorded per dispatch
         # Lanes of the per-token pair vectors. At least 2: with one lane (W = 1, K = 1) the tff
         # combine summed nothing for 16-bit rows on an H200 (y all zeros, measured). Likely the tile
         # split over warps that MIN_TILE_BLOCKS removes; kept until a GPU run shows one lane right.
@@ -347,6 +358,28 @@ class CudaBackend(Backend):
     def synchronize(self) -> None:
         super().synchronize()
         self._check_errors()
+
+    def _received_rows(self) -> int:
+        """The compact output's rows, once the sizing launch (``sized``: an event recorded after it;
+        None under the interpreter, which has run it) has written them to ``host_rows``. Polled
+        instead of synchronizing the stream: the host allocates the output and queues the receivers'
+        launch while the sizing launch's senders still run, and the GPU never waits for the host
+        between the launches. Ends like a stream synchronization would: when the launch is done (its
+        waits time out, so it ends), a CUDA error raised by the event's query, or a timed-out wait
+        reported in the error word."""
+        polls, sized = 0, self.sized
+        while (rows := self.host_rows.value) < 0 and sized is not None:
+            if sized.query():  # done: the word is final
+                rows = self.host_rows.value
+                break
+            polls += 1
+            if polls > SPIN_POLLS:
+                time.sleep(0)  # a long wait (peers late) lets the process's other threads run
+        self._check_errors()
+        if rows < 0:
+            raise RuntimeError(f"ubep rank {self.config.rank}: the dispatch's sizing launch ended "
+                               "without writing its output's rows")
+        return rows
 
     # -- launch helpers ---------------------------------------------------------------------------
 
@@ -586,10 +619,7 @@ class CudaBackend(Backend):
         sent = torch.empty(w, tm, dtype=torch.int8, device=dev)
         rows = torch.empty(w, tm, k, dtype=torch.int64, device=dev)
         pair_w = torch.empty(w, tm, k, dtype=torch.float32, device=dev)
-        # rows per local expert, then their sum (the compact layout's output size, read by the host)
-        el = cfg.num_local_experts
-        tpe_total = torch.empty(el + 1, dtype=torch.int64, device=dev)
-        tpe = tpe_total[:el]
+        tpe = torch.empty(cfg.num_local_experts, dtype=torch.int64, device=dev)
         workers = self._workers(num_tokens)
         writers = Workers(workers.count, workers.send, 0)
         receivers = Workers(0, 0, workers.recv, workers.verify)
@@ -609,7 +639,9 @@ class CudaBackend(Backend):
                 self._dispatch_launch(workers, *common, *received, like=False, replicate=True,
                                       final=True)
         else:
-            sizes = (x_bits, weights, weights, rows, pair_w, tpe)  # nothing is placed yet: no output
+            # nothing is placed yet: no output; the sizes go to the host
+            sizes = (x_bits, weights, weights, rows, pair_w, self.host_tpe)
+            self.host_rows.value = -1
             with self.timer.phase("dispatch: count exchange"):
                 if self.phased:
                     self._dispatch_launch(writers, *common, *sizes, like=False, replicate=False,
@@ -618,7 +650,9 @@ class CudaBackend(Backend):
                     writers = Workers(0, 0, 0)
                 self._dispatch_launch(replace(writers, recv=1), *common, *sizes,
                                       like=False, replicate=False, final=False)
-                num_rows = int(tpe_total[el])  # the compact layout's one host synchronization
+                if self.sized is not None:
+                    self.sized.record()
+                num_rows = self._received_rows()  # the compact layout's one wait of the host
             out = x_TH.new_empty(num_rows, hidden)
             row_weights, recv_w = torch.empty(2, num_rows, dtype=torch.float32, device=dev)
             with self.timer.phase("dispatch: reorder"):

@@ -112,12 +112,14 @@ def _send_role(j, x_ptr, idx_ptr, num_tokens, stage_ptrs, sent_ptr, rank, slot, 
 
 @triton.jit
 def _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD: tl.constexpr, E_LOCAL: tl.constexpr,
-              W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr):
+              W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, REPLICATE: tl.constexpr):
     """``base [W_BLOCK * L_BLOCK]``: ``base[s * L_BLOCK + l]`` is the first receive row of source
     ``s``'s pairs for local expert ``l`` (``ubep.layout.row_base``), kept in registers: a table in
     memory would cost its receivers a store, a barrier and a load on the way to each row. Receive
-    program 0 also writes ``tokens_per_expert [E_LOCAL]`` and their sum after them (the compact
-    output's rows: the host reads one word instead of launching a sum)."""
+    program 0 also writes ``tokens_per_expert [E_LOCAL]`` and their sum after them. Without
+    ``REPLICATE`` (the compact layout's sizing launch) ``tpe`` is in pinned host memory, which the
+    host polls for the sum (the output's rows) while this launch's senders still run: the sum goes
+    last, with a system-scope release."""
     s = tl.arange(0, W_BLOCK)[:, None]
     loc = tl.arange(0, L_BLOCK)[None, :]
     valid = (s < WORLD) & (loc < E_LOCAL)
@@ -129,7 +131,11 @@ def _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD: tl.constexpr, E_LO
     if j == 0:
         lanes = tl.arange(0, L_BLOCK)
         tl.store(tpe_ptr + lanes, total, mask=lanes < E_LOCAL)
-        tl.store(tpe_ptr + E_LOCAL, tl.sum(total, 0))
+        if REPLICATE:
+            tl.store(tpe_ptr + E_LOCAL, tl.sum(total, 0))
+        else:
+            tl.debug_barrier()  # the release below covers every thread's stores (a timeout's too)
+            sync.store_release_sys(tpe_ptr + E_LOCAL, tl.sum(total, 0))
     return tl.reshape(base, [W_BLOCK * L_BLOCK])
 
 
@@ -316,7 +322,8 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_pt
     if LIKE:  # rows come from the handle
         bases = tl.zeros([W_BLOCK * L_BLOCK], dtype=tl.int64)
     else:
-        bases = _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL, W_BLOCK, L_BLOCK)
+        bases = _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD, E_LOCAL, W_BLOCK, L_BLOCK,
+                          REPLICATE)
     if REPLICATE:
         stage_local = symmetric_base(stage_ptrs, rank, x_ptr.dtype.element_ty)
         rec_local = symmetric_base(rec_ptrs, rank, tl.int64)

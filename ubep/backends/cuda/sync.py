@@ -96,6 +96,18 @@ def load_sys(ptrs, ACQUIRE: tl.constexpr):
 
 
 @triton.jit
+def store_release_sys(ptr, value):
+    """The int64 ``value`` into the word at ``ptr`` with a system-scope release (a store, not an
+    exchange: the word may be in host memory, where a PCIe host need not support the GPU's
+    atomics). Every thread of the program stores the same value."""
+    if INTERPRETED:
+        tl.store(ptr, value)
+    else:
+        tl.inline_asm_elementwise("st.release.sys.global.b64 [$1], $2; mov.u32 $0, 0;", "=r,l,l",
+                                  [ptr, value.to(tl.int64)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def read_once(ptrs, SEM: tl.constexpr):
     """The int64 words at ``ptrs`` (a pointer or a tensor of them), each read at system scope with
     ordering ``SEM`` (``"relaxed"`` or ``"acquire"``) by one thread and shared with the program's
