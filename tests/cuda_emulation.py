@@ -272,3 +272,19 @@ def emulated_receivers_change_case(_rank: int, _world: int, case: Case, receiver
         _check_idle(backends, f"call {call}")
     _check_no_timeout(backends)
     _check_acks(backends)
+
+
+def compact_dispatch_alone_case(_rank: int, _world: int, sync: str) -> None:
+    """Rank 0 of two dispatches in the compact layout and rank 1 never does: the sizing launch's
+    wait for rank 1's counts times out, and the dispatch raises ``EPCommError`` naming the phase and
+    the peer (the host's poll of the output's rows ends on the error word) instead of sizing an
+    output from counts that never came."""
+    import pytest
+
+    from ubep import EPCommError
+
+    case = Case(tokens=(5, 3), hidden=24, num_experts=8, top_k=2, dtype="fp32", sync=sync)
+    backends = emulated_backends(case)  # rank 1's too: its buffers are rank 0's peer memory
+    with pytest.raises(EPCommError, match=r"phase 'dispatch: wait for counts and routes' \(call 1, "
+                                          r"waiting on rank 1\)"):
+        backends[0].dispatch(*case_inputs(case, 0))

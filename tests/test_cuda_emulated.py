@@ -11,6 +11,7 @@ import os
 import pytest
 
 from tests.cuda_emulation import (
+    compact_dispatch_alone_case,
     emulated_backends,
     emulated_case,
     emulated_receivers_change_case,
@@ -273,6 +274,12 @@ def test_a_wait_gives_up_once_its_rank_has_timed_out(monkeypatch):
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     run_ranks(queued_wait_gives_up, 1, timeout_s=120)
+
+
+@pytest.mark.parametrize("sync", ["sw", "tff"])
+def test_compact_dispatch_without_its_peer_raises(sync, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    run_ranks(compact_dispatch_alone_case, 1, sync, timeout_s=600)
 
 
 @pytest.mark.parametrize(("sync", "per_token"), [("tff", 2), ("sp", 1)])

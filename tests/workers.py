@@ -277,13 +277,13 @@ def _synchronizations(caught: list) -> list:
 
 def host_syncs_case(rank: int, world_size: int) -> None:
     """The host synchronizations of CUDA-backend calls, counted by torch's sync debug mode: none in
-    a padded dispatch or in a combine, one for the compact dispatch's output size, and one more for
-    the value checks of ``check_inputs``."""
+    a dispatch of either layout (the compact one polls pinned memory for its output's size) or in
+    a combine, and one for the value checks of ``check_inputs``."""
     dev = torch.device("cuda", torch.cuda.current_device())
     case = Case(tokens=(24,) * world_size, hidden=136, num_experts=4 * world_size, top_k=3)
     x, idx, w = (t.to(dev) for t in case_inputs(case, rank))
-    for layout, checks, want in [("padded", False, 0), ("padded", True, 1), ("compact", False, 1),
-                                 ("compact", True, 2)]:
+    for layout, checks, want in [("padded", False, 0), ("padded", True, 1), ("compact", False, 0),
+                                 ("compact", True, 1)]:
         buf = ubep.Buffer(hidden=case.hidden, num_experts=case.num_experts, top_k=case.top_k,
                           max_tokens_per_rank=24, dtype=torch.bfloat16, layout=layout,
                           backend="cuda", sync="sw", check_inputs=checks, timeout_s=20, device=dev)
@@ -351,18 +351,19 @@ def stress_case(rank: int, world_size: int, sync: str, layout: str, iters: int, 
     return int(mismatches)
 
 
-def timeout_case(rank: int, world_size: int, sync: str) -> str:
-    """Rank 0 dispatches alone: its wait for rank 1 must end in an EPCommError, not a hang."""
+def timeout_case(rank: int, world_size: int, sync: str, layout: str) -> str:
+    """Rank 0 dispatches alone: its wait for rank 1 must end in an EPCommError, not a hang (in the
+    compact layout, raised by the dispatch itself, whose host waits for the output's size)."""
     dev = torch.device("cuda", torch.cuda.current_device())
     buf = ubep.Buffer(hidden=64, num_experts=4, top_k=2, max_tokens_per_rank=8,
-                      dtype=torch.bfloat16, layout="padded", backend="cuda", sync=sync, timeout_s=1,
+                      dtype=torch.bfloat16, layout=layout, backend="cuda", sync=sync, timeout_s=1,
                       device=dev)
     message = ""
     if rank == 0:
         idx = torch.tensor([[0, 3]] * 8, device=dev)
-        buf.dispatch(torch.ones(8, 64, dtype=torch.bfloat16, device=dev), idx,
-                     torch.ones(8, 2, device=dev))
         try:
+            buf.dispatch(torch.ones(8, 64, dtype=torch.bfloat16, device=dev), idx,
+                         torch.ones(8, 2, device=dev))
             buf.synchronize()
         except ubep.EPCommError as err:
             message = str(err)

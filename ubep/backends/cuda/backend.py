@@ -293,7 +293,6 @@ class CudaBackend(Backend):
         self.timeout_ns = int(cfg.timeout_s * 1e9)
         # The compact layout's rows per local expert, then their sum, written by its sizing launch
         # for the host to poll (``_received_rows``): pinned, device-addressable.
-        el = cfg.num_local_experts
         self.host_tpe = torch.zeros(el + 1, dtype=i64, pin_memory=device.type == "cuda")
         self.host_rows = ctypes.c_int64.from_address(self.host_tpe.data_ptr() + 8 * el)
         self.sized = torch.cuda.Event() if device.type == "cuda" else None  # recorded per dispatch
