@@ -57,16 +57,25 @@ def test_dispatch_rejects(buf, args, error, words):
         buf.dispatch(*args)
 
 
-def test_value_checks_are_skipped_while_a_graph_is_captured(buf, monkeypatch):
+def test_value_checks_are_skipped_while_a_graph_is_captured(single_rank_group, monkeypatch):
+    padded = ubep.Buffer(single_rank_group, hidden=H, num_experts=E, top_k=K,
+                         max_tokens_per_rank=T, dtype=torch.bfloat16, layout="padded")
     x, idx, w = _inputs()
     out_of_range = torch.where(idx == 3, E, idx)
     monkeypatch.setattr(ubep.buffer, "_capturing", lambda t: True)
-    buf._check_dispatch(x, out_of_range, w)  # a capture cannot read the values back
+    padded._check_dispatch(x, out_of_range, w)  # a capture cannot read the values back
     with pytest.raises(TypeError, match="topk_idx must have dtype"):  # the rest is still checked
-        buf._check_dispatch(x, out_of_range.float(), w)
+        padded._check_dispatch(x, out_of_range.float(), w)
     monkeypatch.setattr(ubep.buffer, "_capturing", lambda t: False)
     with pytest.raises(ValueError, match="topk_idx values must be in"):
-        buf._check_dispatch(x, out_of_range, w)
+        padded._check_dispatch(x, out_of_range, w)
+
+
+def test_a_compact_dispatch_refuses_a_graph_capture(buf, monkeypatch):
+    """Its host reads the output's size: inside a capture it raises before any communication."""
+    monkeypatch.setattr(ubep.buffer, "_capturing", lambda t: True)
+    with pytest.raises(RuntimeError, match="layout='compact' cannot be captured"):
+        buf.dispatch(*_inputs())
 
 
 def test_repeated_empty_slots_are_fine(buf):

@@ -15,6 +15,7 @@ import torch
 from tests.shared_gpu import run_on_gpus
 from tests.test_dispatch_combine import cases_for
 from tests.workers import (
+    compact_capture_case,
     dead_peer_combine_case,
     graph_replay_case,
     host_syncs_case,
@@ -89,8 +90,13 @@ def test_padded_layout_replays_in_a_cuda_graph(sync):
 
 
 @needs_cuda
-def test_host_synchronizes_only_for_sizes_and_checks():
+def test_host_synchronizes_only_for_checks():
     run_on_gpus(host_syncs_case, 1, timeout_s=300)
+
+
+@needs_cuda
+def test_compact_dispatch_refuses_a_cuda_graph():
+    run_on_gpus(compact_capture_case, 1, timeout_s=300)
 
 
 @pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")

@@ -306,6 +306,32 @@ def host_syncs_case(rank: int, world_size: int) -> None:
         buf.synchronize()
 
 
+def compact_capture_case(rank: int, world_size: int) -> None:
+    """A compact-layout dispatch in a CUDA graph capture raises before any launch (its host reads
+    the output's size, which a capture cannot do); the buffer then works eagerly."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    case = Case(tokens=(24,) * world_size, hidden=136, num_experts=4 * world_size, top_k=3)
+    x, idx, w = (t.to(dev) for t in case_inputs(case, rank))
+    buf = ubep.Buffer(hidden=case.hidden, num_experts=case.num_experts, top_k=case.top_k,
+                      max_tokens_per_rank=24, dtype=torch.bfloat16, layout="compact",
+                      backend="cuda", sync="tff", timeout_s=20, device=dev)
+    buf.dispatch(x, idx, w)  # compiles outside the capture
+    torch.cuda.synchronize()
+    raised = ""
+    try:
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            buf.dispatch(x, idx, w)
+    except RuntimeError as err:
+        raised = str(err)
+    assert "layout='compact' cannot be captured" in raised, raised
+    xs, idxs, ws = zip(*[case_inputs(case, s) for s in range(world_size)], strict=True)
+    want_x, _, _ = oracle.dispatch(list(xs), list(idxs), list(ws), rank, world_size,
+                                   case.num_experts)
+    res = buf.dispatch(x, idx, w)
+    _check_equal("recv_x after the refused capture", res.recv_x, want_x)
+    buf.synchronize()
+
+
 def stress_case(rank: int, world_size: int, sync: str, layout: str, iters: int, hidden: int,
                 tm: int) -> int:
     """``iters`` dispatch + combine calls on one CUDA buffer of rows of ``hidden`` elements, at most

@@ -262,6 +262,9 @@ class Buffer:
                            (num_tokens, cfg.top_k))
         self._check_tensor("topk_weights", topk_weights, (torch.float32,),
                            (num_tokens, cfg.top_k))
+        if cfg.layout == "compact" and _capturing(x):
+            raise RuntimeError("a dispatch with layout='compact' cannot be captured in a CUDA graph "
+                               "(its host reads the output's size); use layout='padded'")
         if not cfg.check_inputs or num_tokens == 0 or _capturing(topk_idx):
             return
         ordered = topk_idx.sort(dim=1).values

@@ -1,10 +1,11 @@
 """The CUDA backend: one node of W GPUs over NVLink symmetric memory, synchronized by the data.
 
-A dispatch is one kernel (``dispatch_kernels``; the compact layout launches it twice, around the host's
-read of its output's size, which the first launch writes into pinned memory) and a combine is one kernel (``combine_kernels``). Their
-program groups run at once and meet only through per-source records and per-row arrival rules
-(``sync``, ``wire``): no barrier, no host synchronization in the padded layout, so a dispatch and a
-combine can be captured in a CUDA graph and replayed. Results equal the reference backend's bit for
+A dispatch is one kernel (``dispatch_kernels``; the compact layout launches it twice, around the
+host's read of its output's size, which the first launch writes into pinned memory) and a combine
+is one kernel (``combine_kernels``). Their program groups run at once and meet only through
+per-source records and per-row arrival rules (``sync``, ``wire``): no barrier, no host
+synchronization, so a padded dispatch and a combine can be captured in a CUDA graph and replayed
+(a compact dispatch cannot: its host waits for the size). Results equal the reference backend's bit for
 bit in every sync mode (``sw``, ``tff``, ``dc``, ``sp``; ``ubep.protocol``).
 
 Each direction has its own buffer set (symmetric buffers with two slots by call parity, and device
