@@ -3,12 +3,12 @@ builds launch arguments and keys the compiled kernels, with every launch stubbed
 
     PYTHONPATH=. python benchmarks/host_path.py --sync sw --tokens 128    # no GPU, no Triton compile
 
-The padded layout (decode; the compact one sizes its output from counts that only the kernel
-writes). One rank (W = 1) over host tensors standing in for symmetric memory; the kernels' launches become
+One rank (W = 1) over host tensors standing in for symmetric memory; the kernels' launches become
 calls that do nothing (Triton's own compiled launcher, about 12-19 µs a launch on the H200 machines,
-and the GPU's time are not in these figures: ``bench_ep.py`` measures calls end to end). Prints the
-minimum and median µs of a dispatch and of a combine over ``--iters`` calls after a warm-up, and the
-Python function calls one dispatch + combine pair makes.
+and the GPU's time are not in these figures: ``bench_ep.py`` measures calls end to end; in the
+compact layout the stubbed sizing launch writes the output's rows, every pair's, into the word the
+host polls). Prints the minimum and median µs of a dispatch and of a combine over ``--iters`` calls
+after a warm-up, and the Python function calls one dispatch + combine pair makes.
 """
 
 from __future__ import annotations
@@ -29,13 +29,18 @@ from ubep.config import EPConfig
 
 class _NoLaunch:
     """Stands in for a Triton kernel: ``kernel[grid](...)`` and the compiled kernel's
-    ``compiled[grid](...)`` both return at once."""
+    ``compiled[grid](...)`` both return at once, after ``on_call(args)``."""
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, on_call=lambda args: None):
         self.arg_names = kernel.arg_names
+        self.on_call = on_call
 
     def __getitem__(self, grid):
-        return lambda *args, **options: self
+        def call(*args, **options):
+            self.on_call(args)
+            return self
+
+        return call
 
 
 def _host_symmetric(shape, dtype, group, device):
@@ -46,15 +51,23 @@ def _host_symmetric(shape, dtype, group, device):
 
 
 def stubbed_backend(args: argparse.Namespace) -> cb.CudaBackend:
-    """A W = 1 cuda backend on the CPU whose launches do nothing."""
+    """A W = 1 cuda backend on the CPU whose launches do nothing, but for the compact layout's
+    sizing launch: it writes the output's rows (every pair's) into the host's size word."""
     cb.SymmetricBuffer, cb.enable_for = _host_symmetric, lambda group: None
     launcher.INTERPRETED = False  # take the compiled-kernel path, as on a GPU
     cfg = EPConfig(world_size=1, rank=0, hidden=args.hidden, num_experts=args.experts,
                    top_k=args.top_k, max_tokens_per_rank=args.tokens, dtype=torch.bfloat16,
-                   layout="padded", sync=args.sync)
+                   layout=args.layout, sync=args.sync)
     backend = cb.CudaBackend(cfg, None, torch.device("cpu"))
-    for launch in (backend.launch_dispatch, backend.launch_combine):
-        launch.kernel = _NoLaunch(launch.kernel)
+
+    tpe = launcher.runtime_names(backend.launch_dispatch.kernel).index("tpe_ptr")
+
+    def sizes(launch_args):
+        if launch_args[tpe] is backend.host_tpe:
+            backend.host_rows.value = args.tokens * args.top_k
+
+    backend.launch_dispatch.kernel = _NoLaunch(backend.launch_dispatch.kernel, sizes)
+    backend.launch_combine.kernel = _NoLaunch(backend.launch_combine.kernel)
     return backend
 
 
@@ -70,6 +83,7 @@ def _times_us(fn, iters: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sync", choices=("sw", "tff", "dc", "sp"), default="sw")
+    parser.add_argument("--layout", choices=("padded", "compact"), default="padded")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--hidden", type=int, default=7168)
     parser.add_argument("--experts", type=int, default=256)
@@ -93,7 +107,7 @@ def main() -> None:
         backend.combine(backend.dispatch(x, idx, w)[0], handle, "source", True)
     profiler.disable()
     calls = pstats.Stats(profiler).total_calls / 100
-    print(f"padded {args.sync}, {args.tokens} tokens, hidden {args.hidden}, "
+    print(f"{args.layout} {args.sync}, {args.tokens} tokens, hidden {args.hidden}, "
           f"{args.experts} experts, top-{args.top_k}, W = 1, launches stubbed")
     print(f"dispatch: min {dispatch[0]:.1f} µs, median {dispatch[1]:.1f} µs")
     print(f"combine:  min {combine[0]:.1f} µs, median {combine[1]:.1f} µs")
