@@ -362,11 +362,11 @@ class CudaBackend(Backend):
     def _received_rows(self) -> int:
         """The compact output's rows, once the sizing launch (``sized``: an event recorded after it;
         None under the interpreter, which has run it) has written them to ``host_rows``. Polled
-        instead of synchronizing the stream: the host allocates the output and queues the receivers'
-        launch while the sizing launch's senders still run, and the GPU never waits for the host
-        between the launches. Ends like a stream synchronization would: when the launch is done (its
-        waits time out, so it ends), a CUDA error raised by the event's query, or a timed-out wait
-        reported in the error word."""
+        instead of synchronizing the stream: no synchronization in a dispatch, and the host goes on
+        as soon as the counts are in (in ``tff`` / ``dc`` / ``sp`` that can be before the sizing
+        launch's senders are done). Ends like a stream synchronization would: when the launch is
+        done (its waits time out, so it ends), a CUDA error raised by the event's query, or a
+        timed-out wait reported in the error word."""
         polls, sized = 0, self.sized
         while (rows := self.host_rows.value) < 0 and sized is not None:
             if sized.query():  # done: the word is final

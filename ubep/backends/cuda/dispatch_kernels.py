@@ -118,8 +118,7 @@ def _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD: tl.constexpr, E_LO
     memory would cost its receivers a store, a barrier and a load on the way to each row. Receive
     program 0 also writes ``tokens_per_expert [E_LOCAL]`` and their sum after them. Without
     ``REPLICATE`` (the compact layout's sizing launch) ``tpe`` is in pinned host memory, which the
-    host polls for the sum (the output's rows) while this launch's senders still run: the sum goes
-    last, with a system-scope release."""
+    host polls for the sum (the output's rows): the sum goes last, with a system-scope release."""
     s = tl.arange(0, W_BLOCK)[:, None]
     loc = tl.arange(0, L_BLOCK)[None, :]
     valid = (s < WORLD) & (loc < E_LOCAL)
