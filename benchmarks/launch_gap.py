@@ -8,7 +8,9 @@ One rank (W = 1) of the cuda backend, bf16, top-k routing drawn uniformly; profi
 
 Prints one Markdown row per case: the gap, the writers' and the receivers' kernel, median µs over
 ``--calls`` calls (each after a synchronization, as an eager call from an idle GPU), the gap's
-minimum and maximum beside its median.
+minimum and maximum beside its median; then the host's time in the same calls, split where it waits
+for the size: from the call to the wait (the Python before the writers' launch, the launch), the
+wait, from the wait to the receivers' launch queued, and the rest of the call.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -37,6 +40,37 @@ def launch_pairs(events: list[dict]) -> list[tuple[float, float, float]]:
             for first, second in zip(kernels[0::2], kernels[1::2], strict=True)]
 
 
+class _HostMarks:
+    """Times (s, ``perf_counter``) of one call's host steps on ``backend``: ``wait`` and ``sized``
+    around its wait for the size, ``launched`` after each dispatch launch (the last one counts)."""
+
+    def __init__(self, backend) -> None:
+        self.marks: dict[str, float] = {}
+        poll, launch = backend._received_rows, backend.launch_dispatch
+
+        def received_rows():
+            self.marks["wait"] = time.perf_counter()
+            rows = poll()
+            self.marks["sized"] = time.perf_counter()
+            return rows
+
+        def launch_dispatch(*args, **kwargs):
+            launch(*args, **kwargs)
+            self.marks["launched"] = time.perf_counter()
+
+        backend._received_rows, backend.launch_dispatch = received_rows, launch_dispatch
+
+    def call(self, fn, *args) -> tuple[float, float, float, float]:
+        """``fn(*args)``'s host µs: to the wait, the wait, to the receivers' launch queued, the
+        rest."""
+        start = time.perf_counter()
+        fn(*args)
+        end = time.perf_counter()
+        m = self.marks
+        return tuple((b - a) * 1e6 for a, b in ((start, m["wait"]), (m["wait"], m["sized"]),
+                                                 (m["sized"], m["launched"]), (m["launched"], end)))
+
+
 def probe_rank(rank: int, world: int, args: argparse.Namespace) -> list[str]:
     import ubep
 
@@ -54,22 +88,25 @@ def probe_rank(rank: int, world: int, args: argparse.Namespace) -> list[str]:
                                   max_tokens_per_rank=tokens, dtype=torch.bfloat16, backend="cuda",
                                   layout="compact", sync=sync, check_inputs=False,
                                   num_sms=sms or None)
+                host = _HostMarks(buf._backend)
                 for _ in range(3):  # compiles, then warms the caching allocator
                     buf.dispatch(x, idx, w)
                 torch.cuda.synchronize()
+                steps = []
                 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                     for _ in range(args.calls):
                         torch.cuda.synchronize()
-                        buf.dispatch(x, idx, w)
+                        steps.append(host.call(buf.dispatch, x, idx, w))
                     torch.cuda.synchronize()
                 with tempfile.TemporaryDirectory() as tmp:
                     trace = Path(tmp) / "trace.json"
                     prof.export_chrome_trace(str(trace))
                     pairs = launch_pairs(json.loads(trace.read_text())["traceEvents"])
                 gaps, first, second = zip(*pairs, strict=True)
+                host_us = " | ".join(f"{med(part):.1f}" for part in zip(*steps, strict=True))
                 rows.append(f"| {sync} | {tokens} | {sms or 'all'} | {len(pairs)} | {med(gaps):.1f} "
                             f"({min(gaps):.1f}-{max(gaps):.1f}) | {med(first):.1f} | "
-                            f"{med(second):.1f} |")
+                            f"{med(second):.1f} | {host_us} |")
                 del buf
     return rows
 
@@ -89,8 +126,9 @@ def main() -> int:
         return 2
     from ubep.launch import run_ranks
 
-    print("| sync | tokens | SMs | calls | gap (min-max) | writers' kernel | receivers' kernel |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| sync | tokens | SMs | calls | gap (min-max) | writers' kernel | receivers' kernel | "
+          "host: to the wait | the wait | to the receivers' launch | the rest |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in run_ranks(probe_rank, 1, args, pg_backend="nccl", timeout_s=600)[0]:
         print(row, flush=True)
     return 0
