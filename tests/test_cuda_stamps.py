@@ -47,3 +47,20 @@ def test_timeline_keeps_the_writers_launch_beside_the_final_one():
                    ("dispatch", "receive")]
     backend._stamps("dispatch", (0, 0, 0, 1), final=True)  # the next call's: replaces the last one
     assert [r["op"] for r in backend.worker_timeline()].count("dispatch") == 1
+
+
+def test_the_time_between_a_calls_launches_is_a_phase():
+    """A call that launches twice (the compact dispatch) gets ``"<op>: between launches"``: from
+    its first launch's last program finishing to its second launch's first program starting; a
+    call of one launch (``dispatch_like`` here) none."""
+    backend = emulated_backends(Case(tokens=(8, 8), hidden=64, num_experts=8, top_k=2,
+                                     layout="compact"))[0]
+    backend.timer.enabled = True
+    writers = backend._stamps("dispatch", (1, 1, 0, 1), final=False)
+    receivers = backend._stamps("dispatch", (0, 0, 0, 2), final=True)
+    writers[:] = _stamps([[0, 10, 20, 30], [0, 10, 20, 45], [5, 10, 20, 30]])
+    receivers[:] = _stamps([[1100, 1110, 1120, 1130], [1090, 1100, 1110, 1120]])
+    like = backend._stamps("dispatch", (0, 1, 0, 1), final=True)
+    like[:] = _stamps([[2000, 2010, 2020, 2030]] * 2)
+    samples = backend.timer.samples()
+    assert samples["dispatch: between launches"] == [pytest.approx(1.045)]

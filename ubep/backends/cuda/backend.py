@@ -31,7 +31,7 @@ from ubep.backends.cuda import checksum, records, sync, wire
 from ubep.backends.cuda import combine_kernels as ck
 from ubep.backends.cuda import dispatch_kernels as dk
 from ubep.backends.cuda.launcher import Constants, Launcher
-from ubep.backends.cuda.stamps import LaunchStamps
+from ubep.backends.cuda.stamps import LaunchStamps, between_launches
 from ubep.backends.cuda.symm import SymmetricBuffer, enable_for
 from ubep.backends.cuda.verify import RETURNED_ROWS, STAGED_TOKENS
 from ubep.config import EPConfig
@@ -321,6 +321,7 @@ class CudaBackend(Backend):
         # the count / token split under a budget, the count programs alone without one
         self.splits = SplitCache(flat(w), h200(), bucket_tokens=SPLIT_BUCKET_TOKENS)
         self.last_launches: dict[str, LaunchStamps] = {}  # per op, with profiling on
+        self._first_launch: dict[str, LaunchStamps] = {}  # per op, a call's launch before its last
         self.phased = False  # see the dispatch section
         # Caps of the count and token groups: free to change between calls (the receiving group is
         # fixed per buffer); benchmarks/calibrate_split.py sweeps them.
@@ -387,7 +388,8 @@ class CudaBackend(Backend):
         """Where a launch writes its in-kernel stamps: a fresh ``[programs, 4]`` buffer whose phases
         the timer reads later, with profiling on; else a placeholder the kernel never touches. The
         timeline keeps the last launch of each kind: an operation's final launch and, where it has
-        one, the launch of its writing groups before it (``"<op> (writers)"``)."""
+        one, the launch of its writing groups before it (``"<op> (writers)"``); the timer also gets
+        the time between those two launches of a call."""
         if not self.timer.enabled:
             return self.no_stamps
         label = op if final else f"{op} (writers)"
@@ -395,6 +397,10 @@ class CudaBackend(Backend):
                                                      device=self.device), label)
         self.timer.defer(launch.phases)
         self.last_launches[label] = launch
+        if not final:
+            self._first_launch[op] = launch
+        elif (first := self._first_launch.pop(op, None)) is not None:
+            self.timer.defer(functools.partial(between_launches, first, launch))
         return launch.stamps
 
     def worker_timeline(self) -> list[dict]:

@@ -10,7 +10,8 @@ and ``"<op> <group>: done at"`` (when its last program finished its work, from t
 stamp), and ``"<op>: kernel"`` (when the last program finished). The groups run at once, so these
 are points on one timeline, not parts of a sum. An operation that launches twice (the compact
 dispatch; any operation under an SM budget in the compact layout) names its first launch's phases
-``"<op> (writers) ..."``.
+``"<op> (writers) ..."``, and the time between its launches ``"<op>: between launches"``
+(:func:`between_launches`).
 """
 
 from __future__ import annotations
@@ -63,3 +64,11 @@ class LaunchStamps:
                              "start_us": round(s[0], 2), "wait_end_us": round(s[1], 2),
                              "work_end_us": round(s[2], 2), "end_us": round(s[3], 2)})
         return rows
+
+
+def between_launches(first: LaunchStamps, second: LaunchStamps) -> dict[str, float]:
+    """``"<op>: between launches"``: µs from the last program of ``first`` finishing to the first
+    program of ``second`` starting, two launches of one call: the GPU idle while the host reads
+    what it needs from the first (the compact dispatch's sizes) and queues the second."""
+    gap = int(second.stamps[:, 0].min()) - int(first.stamps[:, 3].max())
+    return {f"{second.op}: between launches": gap / 1e3}
