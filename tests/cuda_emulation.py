@@ -249,12 +249,12 @@ def emulated_receivers_change_case(_rank: int, _world: int, case: Case, receiver
     programs on every rank (a call acks the one before it, so a slot is freed whatever the number
     of programs that read it): every result equal to the oracle, no wait timed out, each call
     acked by the next. ``verify_tokens`` (``dc``):
-    each call's tokens per verifier program (``backend.VERIFY_TOKENS``, with no floor), so that the
+    each call's tokens per verifier program (``geometry.VERIFY_TOKENS``, with no floor), so that the
     verifiers per source change between calls over the same state words."""
-    from ubep.backends.cuda import backend as cb
+    from ubep.backends.cuda import geometry
 
     if verify_tokens:
-        cb.VERIFY_MIN, cb.VERIFY_TOKENS = 1, min(verify_tokens)  # state for the most verifiers
+        geometry.VERIFY_MIN, geometry.VERIFY_TOKENS = 1, min(verify_tokens)  # state for the most verifiers
     backends = emulated_backends(case)
     world, cfg = len(backends), backends[0].config
     xs, idxs, ws = _inputs(case, world)
@@ -263,7 +263,7 @@ def emulated_receivers_change_case(_rank: int, _world: int, case: Case, receiver
         for backend in backends:
             backend.receivers = n
         if verify_tokens:
-            cb.VERIFY_TOKENS = verify_tokens[call]
+            geometry.VERIFY_TOKENS = verify_tokens[call]
         label = f"call {call} ({n} receivers, {backends[0]._verifiers(len(xs[0]))} verifiers)"
         dispatched = _dispatch(backends, xs, idxs, ws)
         _check_received(dispatched, xs, idxs, ws, cfg, label, _check_equal)

@@ -19,9 +19,8 @@ from triton.compiler import ASTSource  # noqa: E402
 from ubep.backends.cuda import checksum, sync, wire  # noqa: E402
 from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
-from ubep.backends.cuda.backend import (  # noqa: E402
-    COMBINE_REGISTERS,
-    COUNT_STEP,
+from ubep.backends.cuda.backend import COMBINE_REGISTERS, COUNT_STEP  # noqa: E402
+from ubep.backends.cuda.geometry import (  # noqa: E402
     NUM_WARPS,
     recv_parts,
     reduce_rows,
@@ -108,7 +107,7 @@ def test_dispatch_compiles(mode, like, replicate):
 def test_two_receivers_per_item_cost_no_registers(mode):
     """The padded layout's one launch of a 128-token call at W = 2 (one row per sender and
     receiver step): two receivers per item must not make the kernel heavier, or the doubled
-    receivers would find fewer programs per SM (``backend.RECV_PARTS``). ptxas may keep a few
+    receivers would find fewer programs per SM (``geometry.RECV_PARTS``). ptxas may keep a few
     values in local memory to fit more programs per SM (``sp``: 64 registers and 16 bytes of
     stack, four programs per SM, where 80 and none fit three); a tile spilled would take more."""
     constants = _dispatch_constants(mode, like=False, replicate=True, tokens=128,

@@ -138,7 +138,7 @@ def test_dc_verify_rounds(monkeypatch):
 def test_dc_verifiers_follow_the_call_size():
     """One per 2 tokens in all, 16 to 64, a power of two per source; a budget caps them at a
     quarter of it; a buffer holds the shares of its largest call."""
-    from ubep.backends.cuda.backend import verify_split
+    from ubep.backends.cuda.geometry import verify_split
 
     assert [verify_split(1, None, t) for t in (0, 32, 33, 64, 65, 128, 4096)] == \
         [16, 16, 32, 32, 64, 64, 64]
@@ -156,7 +156,7 @@ def test_dc_shares_give_every_verifier_rows():
     """A verifier's share moves in steps of the largest power of two (up to the most a step holds)
     that still leaves each of a source's verifiers a step: at 128 tokens and 64 verifiers, 2 tokens
     (was 16 staged: 8 of 64 verifiers had rows); a 4096-token call keeps whole steps."""
-    from ubep.backends.cuda.backend import verify_step
+    from ubep.backends.cuda.geometry import verify_step
 
     assert [verify_step(t, 64, 16) for t in (0, 1, 63, 64, 128, 200, 1024, 4096)] == \
         [1, 1, 1, 1, 2, 2, 16, 16]
@@ -231,7 +231,8 @@ def test_receivers_share_rows_of_several_steps():
     the row's steps divide between them; a buffer without an SM budget of at most ``PARTS_ITEMS``
     items has two receivers per item, but in ``dc``, whose combine still splits its tokens' rows
     where the receivers outnumber them twice (``sp``'s combine never does: the backend's launch)."""
-    from ubep.backends.cuda.backend import MAX_RECV, PARTS_ITEMS, recv_parts
+    from ubep.backends.cuda.backend import MAX_RECV
+    from ubep.backends.cuda.geometry import PARTS_ITEMS, recv_parts
 
     # W = 1, 128 tokens of 7168 bf16 (112 blocks, 64 a step); EP2's 256 items; 3 steps; 1 step
     assert recv_parts(MAX_RECV, 128, 112, 64) == 2 and recv_parts(MAX_RECV, 256, 112, 64) == 1

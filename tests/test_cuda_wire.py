@@ -17,7 +17,7 @@ import triton.language as tl  # noqa: E402
 
 from ubep import protocol  # noqa: E402
 from ubep.backends.cuda import checksum, sync, wire  # noqa: E402
-from ubep.backends.cuda.backend import INT_VIEW  # noqa: E402
+from ubep.backends.cuda.geometry import INT_VIEW  # noqa: E402
 from ubep.protocol.words import MASK32, fmix32  # noqa: E402
 
 pytestmark = pytest.mark.cuda

@@ -56,7 +56,7 @@ PHASES = {
 WAIT_COUNTS, WAIT_TOKENS, WAIT_DISPATCH_SLOT, WAIT_ROWS, WAIT_COMBINE_SLOT = (
     tl.constexpr(code) for code in PHASES)
 _MAX_PROGRAMS = tl.constexpr(MAX_PROGRAMS)
-PROGRAM_THREADS = tl.constexpr(256)  # threads of a program: backend.NUM_WARPS warps of 32
+PROGRAM_THREADS = tl.constexpr(256)  # threads of a program: geometry.NUM_WARPS warps of 32
 GIVE_UP_POLLS = tl.constexpr(1024)  # polls between a wait's looks at the halted word (a power of 2)
 
 

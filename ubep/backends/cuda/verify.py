@@ -3,7 +3,7 @@
 A ``dc`` batch arrives all at once: ``SPLIT`` verifiers per source ``s`` recompute the checksum lanes
 over the markers this rank holds from ``s`` (``checksum.wire_lanes``), each over its share of the
 rows (every ``SPLIT``-th step of ``STEP`` tokens: at most ``STAGED_TOKENS``, or ``RETURNED_ROWS``
-rows; fewer where that gives every verifier a step, ``backend.verify_step``), and poll until
+rows; fewer where that gives every verifier a step, ``geometry.verify_step``), and poll until
 the lanes of all shares together match ``s``'s record; then ``s`` is marked verified
 (``records``), and every receiver waits for all sources before it copies. One program reading
 every marker of a large batch would bound the call (a 32-byte sector per 128-byte block).
@@ -41,7 +41,7 @@ from ubep.backends.cuda import checksum as ck
 from ubep.backends.cuda import records, sync
 
 # Steps of a verifier's share, at most: STAGED_TOKENS tokens of a staged-rows check, RETURNED_ROWS
-# rows of a returned-rows one; smaller where that gives every verifier a step (backend.verify_step):
+# rows of a returned-rows one; smaller where that gives every verifier a step (geometry.verify_step):
 # a pass over a share of rows is slow (128 tokens: 16 staged rows took 3-4 µs, 32 returned rows
 # 10 µs, while the verifiers without rows waited; BENCHMARKS.md, session 26). 32 returned rows keep
 # the combine kernel at 196 registers and no stack, 64 take it to 245, 128 to 255 and 1.7 KiB of

@@ -205,7 +205,7 @@ def take_tiles(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr,
     ``tff``: the chunk is loaded until every block's flag *in the loaded values* holds ``epoch``, so
     each block's flag and payload come from one load instruction (16 bytes per thread, a warp per
     128-byte block; Triton lays the tile out so only when ``CB`` is at least the backend's
-    ``MIN_TILE_BLOCKS``, see ``backend.row_meta``); a separate flag poll followed by a payload load
+    ``MIN_TILE_BLOCKS``, see ``geometry.row_meta``); a separate flag poll followed by a payload load
     would need an acquire between the two. ``sp``: likewise, until no block's first 8 bytes *in the
     loaded values* are the sentinel ``SENTINEL`` twice, or the row source's fallback record at
     ``rec_ptr`` reads ``epoch`` (an acquire, then one more load). A wait past ``deadline``
