@@ -296,3 +296,30 @@ def test_combine_reducers_fit_the_calls_tokens(sync, per_token):
     for tokens, reducers in ((64, 64 * per_token), (5, 5 * per_token), (0, 1)):
         assert backend._combine_workers(tokens).recv == reducers
     assert backend._combine_workers(64).send == backend._combine_workers(0).send
+
+
+def test_the_wait_for_the_size_ends_like_a_synchronization():
+    """The host's wait for the compact output's size (``_received_rows``) returns the word once the
+    sizing launch writes it, however many polls that takes; a launch that ended without writing it
+    is an error, not a hang."""
+    from ubep.backends.cuda.backend import SPIN_POLLS
+
+    backends = emulated_backends(Case(tokens=(4, 4), hidden=16, num_experts=4, top_k=2))
+    backend = backends[0]
+
+    class Launch:  # stands in for the event after the sizing launch
+        def __init__(self, writes_at: int | None, ends_at: int):
+            self.polls, self.writes_at, self.ends_at = 0, writes_at, ends_at
+
+        def query(self) -> bool:
+            self.polls += 1
+            if self.polls == self.writes_at:
+                backend.host_rows.value = 9
+            return self.polls >= self.ends_at
+
+    for writes_at in (1, SPIN_POLLS + 5):  # past SPIN_POLLS each poll yields the GIL
+        backend.host_rows.value, backend.sized = -1, Launch(writes_at, ends_at=10 * SPIN_POLLS)
+        assert backend._received_rows() == 9
+    backend.host_rows.value, backend.sized = -1, Launch(None, ends_at=3)
+    with pytest.raises(RuntimeError, match="sizing launch ended without writing its output's rows"):
+        backend._received_rows()
