@@ -7,12 +7,12 @@
 # its targets read off the results (benchmarks/targets.py, into $OUT/targets.md); sweep:
 # bench_ep.py over other model shapes (SWEEP_SHAPES, HIDDEN:EXPERTS:TOP_K each) at 128 and 4096
 # tokens, uniform routing, the reference and the cuda backend in `sw` and `tff`.
-# Each group runs under its own time limit (LIMIT_S, default 300 s), so one stuck group cannot use up
+# Each group runs under its own time limit (LIMIT_S, default 420 s), so one stuck group cannot use up
 # the others' time; a GPU test case costs 10-120 s (processes, NCCL, Triton compiles; the low end with
 # a warm Triton cache, TRITON_CACHE_DIR). Where pytest-xdist is installed the tests run in 3 workers
-# (PYTEST_WORKERS); measured on one H200 with the ranks sharing it: `exact` and `worlds` together
-# 403 s with 3 workers, `stress` 160 s with 4, before `dc` joined the modes (on a machine lent for
-# 10-minute calls: one part per call; the whole benchmark needs LIMIT_S=590). `dc`'s stress at 7168
+# (PYTEST_WORKERS); measured on one H200 with the ranks sharing it, 8 workers, a fresh machine:
+# `exact` 283-320 s (28 cases; 30 since session 38), `stress` 180 s, `worlds` more than 530 s (on a
+# machine lent for 10-minute calls: one part per call; the whole benchmark needs LIMIT_S=590). `dc`'s stress at 7168
 # elements took about 0.23 s a call on one shared GPU (session 17), 8 minutes per layout: there, run
 # one layout per call, `python3 -m pytest tests/test_cuda.py -k "dc-padded-wide"` (then compact).
 # Logs go to $OUT (default bench-out), one per group, a line per test case (a group cut by its limit
@@ -23,7 +23,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${OUT:-bench-out}
-limit=${LIMIT_S:-300}
+limit=${LIMIT_S:-420}
 mkdir -p "$out"
 status=0
 
