@@ -24,10 +24,7 @@ import torch
 from tests.test_cuda_compile import POINTERS, _build, _dispatch_constants, _mode, _resources, ck, dk
 from ubep.backends.cuda.backend import COMBINE_REGISTERS
 from ubep.backends.cuda.geometry import (
-    RECV_PARTS,
-    parts_divide,
-    reduce_rows,
-    reduce_step_blocks,
+    reducer_tile,
     row_meta,
     step_rows,
     verify_split,
@@ -54,9 +51,8 @@ def combine_constants(mode: str, world: int, tokens: int, partial: bool) -> dict
     ``partial``, ``reduce="expert_rank"`` (W partial sums a token), else ``"source"`` (K rows)."""
     top_k, k_block = 8, max(8, world)
     meta = row_meta(mode, 7168, 2, tokens)
-    r_block = reduce_rows(mode, world if partial else top_k)
-    rcb = reduce_step_blocks(meta, r_block)
-    shared = tokens <= DECODE_TOKENS and mode != "sp" and parts_divide(meta["NB"], rcb)
+    r_block, rcb, parts = reducer_tile(mode, meta, world if partial else top_k,
+                                       tokens <= DECODE_TOKENS and mode != "sp")
     split = verify_split(world, None, tokens)
     most = RETURNED_ROWS if partial else RETURNED_ROWS // k_block
     return {"WORLD": world, "W_BLOCK": world, "E_LOCAL": 256 // world, "TOP_K": top_k,
@@ -64,7 +60,7 @@ def combine_constants(mode: str, world: int, tokens: int, partial: bool) -> dict
             "WEIGHTED": partial, "SUM_WEIGHTED": not partial, "GATHER": False,
             "VERIFY": mode == "dc", "SPLIT": split, "VERIFY_STEP": verify_step(tokens, split, most),
             "FINAL": True, "PROFILE": False, **meta, "ROWS": min(k_block, step_rows(meta)),
-            "R_BLOCK": r_block, "RCB": rcb, "RECV_PARTS": RECV_PARTS if shared else 1}
+            "R_BLOCK": r_block, "RCB": rcb, "RECV_PARTS": parts}
 
 
 def _combine_rows(args: argparse.Namespace) -> None:

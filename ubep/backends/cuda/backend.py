@@ -35,11 +35,9 @@ from ubep.backends.cuda.geometry import (
     NUM_WARPS,
     PARTS_ITEMS,
     RECV_PARTS,
-    parts_divide,
     pow2_at_least,
     recv_parts,
-    reduce_rows,
-    reduce_step_blocks,
+    reducer_tile,
     row_meta,
     step_rows,
     verify_split,
@@ -484,9 +482,8 @@ class CudaBackend(Backend):
         """The combine kernel's compile-time constants for one launch variant; ``shared``: there are
         ``RECV_PARTS`` reducers per token."""
         cfg = self.config
-        r_block = reduce_rows(cfg.sync, cfg.world_size if partial else cfg.top_k)
-        rcb = reduce_step_blocks(meta, r_block)
-        parts = RECV_PARTS if shared and parts_divide(meta["NB"], rcb) else 1
+        r_block, rcb, parts = reducer_tile(cfg.sync, meta,
+                                           cfg.world_size if partial else cfg.top_k, shared)
         return Constants(
             NUM_WARPS, COMBINE_REGISTERS.get(cfg.sync), WORLD=cfg.world_size, W_BLOCK=self.w_block,
             E_LOCAL=cfg.num_local_experts, TOP_K=cfg.top_k, K_BLOCK=self.k_block, MODE=self.mode,

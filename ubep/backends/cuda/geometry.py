@@ -100,6 +100,16 @@ def reduce_rows(sync: str, rows: int) -> int:
     return min(r_block, REDUCE_ROWS) if sync == "tff" else r_block
 
 
+def reducer_tile(sync: str, meta: dict, rows: int, shared: bool) -> tuple[int, int, int]:
+    """A combine reducer's ``(R_BLOCK, RCB, RECV_PARTS)`` for tokens of ``rows`` rows (W partial
+    sums or K pair rows) of the :func:`row_meta` geometry ``meta``: its tile of rows, the blocks of
+    each it takes per step, and the reducers per token (``RECV_PARTS`` where ``shared`` and they
+    divide the steps, else 1)."""
+    r_block = reduce_rows(sync, rows)
+    rcb = reduce_step_blocks(meta, r_block)
+    return r_block, rcb, RECV_PARTS if shared and parts_divide(meta["NB"], rcb) else 1
+
+
 def recv_parts(receivers: int, items: int, blocks: int, step_blocks: int) -> int:
     """Programs per item of a receiving group (``RECV_PARTS`` of the kernels): ``RECV_PARTS`` where
     ``receivers`` hold that many for each of ``items`` and they divide the steps of ``step_blocks``
