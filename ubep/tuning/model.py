@@ -90,9 +90,11 @@ def traffic(shape: DispatchShape, topology: Topology) -> Traffic:
     local = shape.experts // w
     reach = 1 - Fraction(math.comb(shape.experts - local, shape.topk), math.comb(shape.experts, shape.topk))
     counts = torch.nn.functional.one_hot(topology.hops, topology.num_classes).sum(dim=1)  # [W, C]
-    inv_bw = 1.0 / torch.tensor(topology.bandwidth_gbps, dtype=torch.float64)
-    # p cancels: sum_h p*count_h/bw_h over p*W copies.
-    ns_per_byte = float((counts.double() @ inv_bw).max()) / w
+    inv_bw = [1.0 / bw for bw in topology.bandwidth_gbps]
+    # p cancels: sum_h p*count_h/bw_h over p*W copies. Summed in class order on the host: a float64
+    # matmul's order (and so its last bit) depends on the CPU's BLAS kernel.
+    ns_per_byte = max(sum(c * inv for c, inv in zip(row, inv_bw, strict=True))
+                      for row in counts.tolist()) / w
     latency = torch.tensor(topology.latency_ns, dtype=torch.float64)
     latency_ns = float(torch.where(counts > 0, latency, 0.0).max())
     return Traffic(w, shape.experts, shape.topk, reach * w, ns_per_byte, latency_ns)
