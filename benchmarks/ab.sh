@@ -15,8 +15,8 @@
 # it so that every copy gets its share of a call's time (a command cut by an outer timeout packs
 # nothing, and the copies after the slow one do not run). .ab is ignored by git: name it in the
 # device call's carry. Prepare the base version twice, first and last (a_main=HEAD b_x=HEAD+x.patch
-# c_main=HEAD): on one H200 the second of two copies ran 0.1-0.5 µs faster in every mode, its
-# changes aside (session 34); the two identical copies show the spread a change must beat.
+# c_main=HEAD): the position of a copy in the order alone can move its figures by tenths of a µs
+# (H200, docs/BENCHMARKS.md); the two identical copies show the spread a change must beat.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1

@@ -136,8 +136,7 @@ def test_senders_choose_ranks_without_a_reduction_per_rank(mode):
     """A sender tests each rank a token goes to with a shift of bits computed once per step, and
     builds a chunk's wire image and batch record shares once for all ranks (``_send_role``), so the
     decode dispatch holds no more reductions at W = 4 and 8 than at W = 2: two per rank and chunk
-    held the last rank's stores behind W of them, and ``dc`` / ``sp`` summed their records per rank
-    and chunk."""
+    would hold the last rank's stores behind W of them."""
     reductions = []
     for world in (2, 4, 8):
         constants = dict(_dispatch_constants(mode, like=False, replicate=True, tokens=128,
@@ -153,7 +152,7 @@ def test_count_step_leaves_two_writers_per_sm(mode):
     """The dispatch is one kernel for all its groups, so the count step's ``[CHUNK, CHUNK]``
     comparison sets the token senders' registers too: the compact writers' launch (a 4096-token
     call) needs at most 128 per thread, two programs of 8 warps per SM, so that senders run beside
-    the count programs (128-pair steps took 236, one program per SM). ``dc``'s senders keep batch
+    the count programs (128-pair steps need 236, one program per SM). ``dc``'s senders keep batch
     records and take more whatever the step."""
     constants = _dispatch_constants(mode, like=False, replicate=False, tokens=4096,
                                     counts_first=False, profile=False)
@@ -202,7 +201,7 @@ def test_combine_fits_its_register_budget(mode, partial, tokens, parts, top_k):
     source reduction of a 4096-token call, and the partial sums of a 128-token call with two
     reducers per token; top-16's source reduction) keep at most 64 bytes on the stack (`sw`'s
     partial sums: 16). `sw` takes a top-16 token's 16 rows as one tile, 88 bytes on the stack and
-    faster than in groups (`REDUCE_ROWS`): at most 96; `tff` spilled 712 that way."""
+    faster than in groups (`REDUCE_ROWS`): at most 96; `tff` would spill 712 that way."""
     rows = row_meta(mode, 7168, 2, tokens)
     r_block = reduce_rows(mode, 2 if partial else top_k)  # W partial sums, or the K pair rows
     constants = {"WORLD": 2, "W_BLOCK": 2, "E_LOCAL": 128, "TOP_K": top_k, "K_BLOCK": top_k,
@@ -238,9 +237,9 @@ def _tile_layouts(ttgir: str, shape: str) -> list[tuple[list[int], list[int], li
 def test_each_block_moves_in_one_warp_instruction(mode, hidden, elem_bytes, tokens):
     """``tff`` and ``sp`` trust a 128-byte block whose marker they loaded: every load and store of a
     row tile must give each block to 8 lanes of one warp, 16 bytes each. Checked at small rows too,
-    where a tile of fewer blocks was spread over the warps, each block's halves in two warps (read
-    stale on an H200); and at the large calls' 16 KiB steps; and in the senders' tiles of several
-    rows (senders' and receivers') and the combine reducers' tiles of a token's rows."""
+    where a tile of fewer blocks would be spread over the warps, each block's halves in two warps
+    (one half may then be read stale); and at the large calls' 16 KiB steps; and in the tiles of
+    several rows (senders' and receivers') and the combine reducers' tiles of a token's rows."""
     rows = row_meta(mode, hidden, elem_bytes, tokens)
     int_type, float_type = {2: ("*i16", "*bf16"), 4: ("*i32", "*fp32")}[elem_bytes]
     dispatch = {"WORLD": 2, "E_LOCAL": 4, "W_BLOCK": 2, "L_BLOCK": 4, "TOP_K": 2, "K_BLOCK": 2,
@@ -298,9 +297,9 @@ def _wait_for_words(base_ptr, timeout_ns, err_addr, WORLD: tl.constexpr, W_BLOCK
 def test_every_warp_decides_alike_whether_to_poll(world, words, once):
     """A wait's poll loop that holds a barrier (a sum over the program's warps) must be entered by
     all warps or none: then a barrier also precedes the branch into it (the decision crosses the
-    warps too). A spin that loaded each word in one thread put barriers in the loop while each
-    thread still branched on its own first read, and warps that saw a record being released
-    skipped the loop that others entered: `tff` dispatches read garbage (session 27)."""
+    warps too). Where each thread branches on its own first read and the loop holds barriers,
+    warps that see a record being released skip the loop that others enter, their barriers pair
+    wrongly, and the receivers read rows that have not arrived."""
     constants = {"WORLD": world, "W_BLOCK": world, "N_BLOCK": words, "ONCE": once}
     ptx = _build(_wait_for_words, {}, constants).asm["ptx"]
     body = ptx[ptx.index(".entry"):]  # the kernel is the wait: its first branch is the decision

@@ -4,11 +4,11 @@
 // peer r, remoteRes[r].nextDevicePtr -> HcclRankRelationResV2 -> windowsIn (hccl_windows.h).
 //
 // GUESS (unverified on hardware): CANN does not document these structs. The names and the order of
-// the fields below are those of the HCCL headers that MC2 kernels build against (as recorded in
-// the project's notes on MoeDistributeDispatch); the byte sizes of the blocks ubep does not read
-// (localRes .. remoteResNum) were computed from one CANN 8.x version of those headers and put
-// remoteRes at byte 2984. A CANN whose layout differs makes every peer address wrong: check
-// kRemoteResOffset against the toolkit's own header before the first run.
+// the fields below are those of the HCCL headers that MC2 kernels such as MoeDistributeDispatch
+// build against; the byte sizes of the blocks ubep does not read (localRes .. remoteResNum) are
+// those of one CANN 8.x version of those headers, which put remoteRes at byte 2984. A CANN whose
+// layout differs makes every peer address wrong: check kRemoteResOffset against the toolkit's own
+// header before the first run.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 """Cost parameters of the dispatch model: plain numbers, JSON round-trippable, calibrated later.
 
-Where a preset's figure comes from is said next to it: "paper" (the UBEP paper), "measured" (our
-H200 notes, ``notes/h200-facts.md``), "fitted to the paper" (chosen so the model reproduces a
+Where a preset's figure comes from is said next to it: "paper" (the UBEP paper), "measured" (on
+H200s, docs/BENCHMARKS.md), "fitted to the paper" (chosen so the model reproduces a
 split the paper reports), or "assumption" (a guess that calibration on hardware replaces).
 """
 
@@ -123,7 +123,7 @@ def h200() -> CostParams:
       ``max_token_workers``, ``link_efficiency``: fitted to the cuda backend's in-kernel group
       times at EP2 (``benchmarks/calibrate_split.py --refit
       benchmarks/data/calibration-h200-ep2-onepass-2026-12-01.csv``, rounded; errors in
-      BENCHMARKS.md). Its count group orders the pairs in one pass, each program adding up the
+      docs/BENCHMARKS.md). Its count group orders the pairs in one pass, each program adding up the
       counts of the programs before it, and leaves the prefix sums over sources to the receivers:
       ``beta_ns = cumsum_ns_per_source = 0``.
     - ``reorder_gbps=30``, ``barrier_ns=2000``: assumptions (not sampled).

@@ -1,8 +1,7 @@
 """How a call's work is cut into pieces, as pure functions of its sizes: a row's blocks, flags and
 steps per sync mode (``row_meta``), the tiles a program moves per step, the programs that share a
 received item or a reduced token, and ``dc``'s verifier shares. The backend (``backend``) turns them
-into each launch's compile-time constants; the constants' reasons, measured on an H200, sit beside
-them.
+into each launch's compile-time constants; each constant's reason sits beside it.
 """
 
 from __future__ import annotations
@@ -14,53 +13,44 @@ import torch
 from ubep.backends.cuda import wire
 
 INT_VIEW = {2: torch.int16, 4: torch.int32}  # rows move as integers of their element width
-# Bytes of a row a program moves per step: few round trips per row. Calls of many tokens take 16 KiB
-# steps (a 7168-element bf16 row in one step): faster at 4096 tokens, slower at 128 (BENCHMARKS.md,
-# "Row steps").
+# Bytes of a row a program moves per step: few round trips per row. Calls of at least
+# LARGE_CHUNK_TOKENS tokens take 16 KiB steps (a 7168-element bf16 row in one step), which pay off
+# at 4096 tokens and cost time at 128 (H200, docs/BENCHMARKS.md).
 CHUNK_BYTES, LARGE_CHUNK_BYTES, LARGE_CHUNK_TOKENS = 8192, 16384, 1024
 # Bytes of rows that a program with several to move loads per step, as one tile (senders, receivers):
-# one program copied 24-27 GB/s one 14 KiB row at a time and 43-47 GB/s with two to four rows
-# in flight on an H200 (benchmarks/probe_copy_rate.py); more spilled registers. Only where a program
-# has more than one row: with one, the wider tile only cost time (128-token tff graph replay
-# 25.5 -> 29.5 µs at W = 1).
+# rows in flight together raise a program's copy rate (one 14 KiB row at a time about 27 GB/s, two
+# to four 43-48; H200, docs/BENCHMARKS.md), and wider tiles spill registers. Only where a program has
+# more than one row: with one, the wider tile only costs time.
 SEND_TILE_BYTES = 32768
 NUM_WARPS = 8
 # Blocks of a row tile, at least one 16-byte vector per thread: Triton then gives each 128-byte block
-# to 8 lanes of one warp, so a block moves in one warp instruction, which tff and sp rely on. Smaller
-# tiles were spread over the warps, a block's halves in two warps (on an H200 the second 64 bytes of a
-# block were read stale while its flag was new; tests/test_cuda_compile.py checks the layouts).
+# to 8 lanes of one warp, so a block moves in one warp instruction, which tff and sp rely on. A smaller
+# tile is spread over the warps, a block's halves in two, and a reader may then see a block's flag
+# new and its second 64 bytes stale (tests/test_cuda_compile.py checks the layouts).
 MIN_TILE_BLOCKS = NUM_WARPS * 32 * 16 // wire.BLOCK_BYTES
 # Rows of one token a tff combine reducer takes as one tile (more rows, top-16, in groups of this
-# many): a tile of 16 rows put 712 bytes of the kernel on the stack under its register budget, and
-# top-16 source combines took twice as long as in sw; in groups of 8, 1.6-1.9x less at 128 and 4096
-# tokens. sw and sp (no spill of note) got up to 19 % slower in groups: they take all rows at once.
-# Fewer blocks per row instead (RCB 16 or 8 with 16 rows) made every mode 2.4-19x slower (W = 1,
-# H200, session 30).
+# many): a tile of 16 rows spills the tff kernel under its register budget (712 bytes of stack) and
+# makes a top-16 combine 1.6-1.9x slower than groups of 8 (H200, docs/BENCHMARKS.md); fewer blocks
+# per row step instead slow every mode. sw and sp, which do not spill, take all rows at once.
 REDUCE_ROWS = 8
 # Receivers (and combine reducers) that share one item's row, each every RECV_PARTS-th step of it,
-# where there are that many programs per item and the row's steps divide among them. A program
-# stores about 57 GB/s whatever it keeps in flight, and no faster through TMA bulk stores
-# (benchmarks/probe_copy_rate.py, sessions 12 and 31): a decode receiver at W = 1 writes its token 8
-# times, 115 KB for a 7168-element bf16 row, 2 µs of stores on one SM. Without an SM budget a buffer
-# of at most PARTS_ITEMS items has RECV_PARTS receivers per item, but in dc, whose receivers wait
-# for SMs behind the verifiers (its kernels hold one program per SM). Measured at W = 1 (queued
-# graph replays, BENCHMARKS.md, sessions 26 and 28): 16 tokens, dispatch 15.6 against 19.6 µs (sw);
-# 128 tokens (256 receivers) held back the record they waited for while each of their warps polled
-# it (19.1-20.2 against 17.5-18.4); with the record read by one thread of each and two receivers per
-# item up to 128 items, 17.0 µs (sw) and 17.7 (tff), against 18.1 and 19.0 with every warp polling
-# and 64 items. ptxas for sm_90 (7168 bf16, top-8, a 128-token call's geometry): the decode dispatch
-# kernel takes fewer registers with two receivers per item (W = 2: sw 108 -> 64, tff 131 -> 100, sp
-# 125 -> 80), the combine kernel as many, but in sp at W = 2 (expert_rank: 128 -> 146, one program
-# per SM instead of two): sp's reducers take whole tokens.
+# where there are that many programs per item and the row's steps divide among them. One program
+# stores about 57 GB/s whatever it keeps in flight, TMA bulk stores included
+# (benchmarks/probe_copy_rate.py): a decode receiver at W = 1 writes its token 8 times, 115 KB for a
+# 7168-element bf16 row, 2 µs of stores on one SM, which two receivers share. Without an SM budget a
+# buffer of at most PARTS_ITEMS items has RECV_PARTS receivers per item, faster up to 128 items
+# (W = 1, 16 tokens: sw dispatch 15.6 µs against 19.6; H200, docs/BENCHMARKS.md), but in dc, whose
+# receivers wait for SMs behind the verifiers (its kernels hold one program per SM). Sharing costs
+# the dispatch kernel no registers, nor the combine kernel but in sp (one program per SM instead of
+# two, ptxas for sm_90): sp's reducers take whole tokens.
 RECV_PARTS = 2
 PARTS_ITEMS = 128
 # dc without an SM budget: verifier programs in all, one per VERIFY_TOKENS tokens of the call,
-# within [VERIFY_MIN, VERIFY_MAX] (verify_split). A pass over a share is slow (two steps of 32 rows
-# of 7168 bf16, 8 hashes a block: about 16 µs, session 23 stamps) while the other SMs wait for it:
-# spread it wide. W = 1, 7168 bf16, top-8 (H200): 4096 tokens, combine verify done at 1089 / 787 /
-# 709 µs with 16 / 32 / 64 verifiers (session 20); 128 tokens, combine verify done at 34.6 µs with
-# 16, 28.9 with 64, dispatch verify 15.1 / 15.7 (session 23). At most 64 per source: the last
-# verifier reads the others' shares in one round (records.SHARE_WORDS).
+# within [VERIFY_MIN, VERIFY_MAX] (verify_split). A pass over a share is slow (8 hashes a 128-byte
+# block) while the other SMs wait for it: spread it wide (W = 1, 4096 tokens of 7168 bf16, top-8:
+# combine verify done at 709 µs with 64 verifiers against 1089 with 16; H200, docs/BENCHMARKS.md).
+# At most 64 per source: the last verifier reads the others' shares in one round
+# (records.SHARE_WORDS).
 VERIFY_MIN, VERIFY_MAX, VERIFY_TOKENS = 16, 64, 2
 
 

@@ -1,8 +1,8 @@
 """Kernel launches that skip Triton's per-call argument binding once a kernel is compiled.
 
 Triton's call path (``kernel[grid](...)``) binds and specializes every argument again on each
-launch: 35-66 µs of host time per dispatch launch on the H200 machines, against 12-19 µs through
-the compiled kernel's own launcher (docs/BENCHMARKS.md, "One GPU, side by side"). A compact
+launch: 35-66 µs of host time per dispatch launch, against 12-19 µs through the compiled kernel's
+own launcher (H200 machines, docs/BENCHMARKS.md). A compact
 dispatch launches twice, so that difference is a large part of an eager call's host time.
 
 :class:`Launcher` keys compiled kernels by everything Triton specializes on: the compile-time

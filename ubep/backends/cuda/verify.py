@@ -23,8 +23,8 @@ with ids below every receiver's, and otherwise wait only for peers.
 
 Until the record reads this call's epoch a pass reads just that word and no rows: a verifier waiting
 for a peer that has not started spins on one load instead of the whole batch (with two processes
-sharing a GPU, whole-batch polls kept the GPU from the other process for a whole timeout, measured;
-docs/CUDA.md). The verifiers know the rows without asking the sender:
+sharing a GPU, whole-batch polls keep the GPU from the other process for a whole timeout). The
+verifiers know the rows without asking the sender:
 
 - dispatch (:func:`verify_staged`): staged row ``t`` of source ``s`` arrived when one of its pairs is
   here (a route entry of this call; for ``dispatch_like`` the handle's rows);
@@ -42,10 +42,10 @@ from ubep.backends.cuda import records, sync
 
 # Steps of a verifier's share, at most: STAGED_TOKENS tokens of a staged-rows check, RETURNED_ROWS
 # rows of a returned-rows one; smaller where that gives every verifier a step (geometry.verify_step):
-# a pass over a share of rows is slow (128 tokens: 16 staged rows took 3-4 µs, 32 returned rows
-# 10 µs, while the verifiers without rows waited; BENCHMARKS.md, session 26). 32 returned rows keep
-# the combine kernel at 196 registers and no stack, 64 take it to 245, 128 to 255 and 1.7 KiB of
-# stack per thread (W = 2, top-8, 7168 bf16, ptxas for sm_90; BENCHMARKS.md, "Kernel resources").
+# a pass over a share of rows is slow (32 returned rows about 10 µs; H200, docs/BENCHMARKS.md) while
+# the verifiers without rows wait. 32 returned rows keep the combine kernel at 196 registers and no
+# stack, 128 take it to 255 and 1.7 KiB of stack per thread (W = 2, top-8, 7168 bf16, ptxas for
+# sm_90; benchmarks/kernel_resources.py).
 STAGED_TOKENS = 16
 RETURNED_ROWS = 32
 

@@ -7,11 +7,10 @@ A row of ``HIDDEN`` elements of ``ES`` bytes is cut into ``NB`` blocks of ``BE``
 
 - ``tff`` (``FE * ES = 8``): the flag is the call's u64 epoch, little-endian. A row has arrived
   when every block's flag equals the epoch. Each 128-byte block is aligned and lies inside one warp
-  store instruction (16 bytes per thread): blocks of at most 128 B stored by one warp instruction
-  were never seen torn over NVLink, 256 B ones were (``benchmarks/probe_store_atomicity.py``), and
-  the GPU stress test (2000 calls per layout, random delays) saw no torn block in this layout.
-  Blocks stored by another SM of the same GPU were never seen torn either, at any size measured.
-  The reader checks the flags inside the values it loaded (``take_tiles``), never a flag then the
+  store instruction (16 bytes per thread): on H200s, blocks of at most 128 B stored by one warp
+  instruction have not been seen torn over NVLink, 256 B ones have, and within one GPU none has
+  (``benchmarks/probe_store_atomicity.py``; evidence, not a guarantee: docs/PROTOCOL.md). The
+  reader checks the flags inside the values it loaded (``take_tiles``), never a flag then the
   payload in a second load, which the GPU may serve from before the flag.
 - ``sw`` (``FE = 0``): plain rows; a batch has arrived when its record does (``ubep.backends.cuda.sync``).
 - ``dc`` (``FE = 0``): the first 8 bytes of each block are masked marker words, checked against the
@@ -220,8 +219,7 @@ def take_tiles(wire_ptr, c, epoch, deadline, err_addr, code, peer, row, rec_ptr,
     if FE > 0:
         # any stale flag, as one reduction over the tile, with the flag columns and the live
         # block-rows as a [1, BE] and a [U * CB, 1] mask: ptxas then fits the combine in its
-        # 128-register budget with 16 bytes of stack (per-row sums: 152; the masks as whole
-        # tiles, is_flag & in_row: 128)
+        # 128-register budget with 16 bytes of stack (per-row sums or whole-tile masks need more)
         o = tl.arange(0, BE)[None, :]
         want = tl.where(o < FE, flag_bits(epoch, BE, FE, bits), 0).to(dt)  # [1, BE]
         check = (o < FE) & (_blocks(c, CB, U) < NB) & live
