@@ -37,3 +37,27 @@ def test_profile_calls_smaller_than_the_buffer(tmp_path, capsys):
     assert "4 tokens" in (out := capsys.readouterr().out) and "buffer of 32 tokens" in out
     with pytest.raises(SystemExit):
         main(args + ["--buffer-tokens", "3"])
+
+
+def test_breakdown_title_fits_in_the_png(tmp_path, monkeypatch):
+    """A long title (a run's options) is wrapped inside the figure, not clipped at its edges."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.text import Text
+
+    from ubep.breakdown import write_outputs
+
+    saved = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **kw: (saved.append(fig), save(fig, *a, **kw)))
+    title = ("2 ranks, 4096 tokens, hidden 7168, 256 experts, top-8, bfloat16, compact, "
+             "reduce=expert_rank, num_sms=24, buffer of 8192 tokens")
+    per_rank = [{"dispatch: count exchange": [5.0, 6.0], "combine: send": [7.0]}] * 2
+    write_outputs(per_rank, 2, tmp_path, title)
+    (fig,) = saved
+    canvas = FigureCanvasAgg(fig)  # closing the figure took its own canvas away
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    (shown,) = [t for t in fig.findobj(Text) if " ".join(t.get_text().split()) == title]
+    box, page = shown.get_window_extent(renderer), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and box.y1 <= page.y1, (box, page)

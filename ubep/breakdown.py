@@ -11,6 +11,7 @@ dispatch and combine: ``workers.csv`` and ``workers.png`` (one bar per program).
 
 from __future__ import annotations
 
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,13 @@ def profile_rank(rank: int, world_size: int, opts: ProfileOptions) -> dict:
     return {"phases": buf.phase_times(), "timeline": buf.worker_timeline()}
 
 
+def _figure_title(fig, title: str, fontsize: float = 9) -> None:
+    """``title`` over the whole figure, wrapped to its width: a run's options make a line wider than
+    a figure of a few ranks, which a centred title would lose at both edges."""
+    em_chars = fig.get_figwidth() * 72 / fontsize
+    fig.suptitle(textwrap.fill(title, int(em_chars / 0.6)), fontsize=fontsize)  # ~0.6 em per char
+
+
 def write_outputs(per_rank: list[dict[str, list[float]]], steps: int, out: Path,
                   title: str) -> list[Path]:
     """``breakdown.csv`` / ``.md`` (rank, phase, calls, median, min, max µs) and ``breakdown.png``:
@@ -91,10 +99,10 @@ def write_outputs(per_rank: list[dict[str, list[float]]], steps: int, out: Path,
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     ax.set_xticks(range(len(per_rank)), [f"rank {r}" for r in range(len(per_rank))])
     ax.set_ylabel("µs per dispatch + combine (median per phase)")
-    ax.set_title(title, fontsize=9)
+    _figure_title(fig, title)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
-    fig.savefig(out / "breakdown.png", dpi=110)
+    fig.savefig(out / "breakdown.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return [out / "breakdown.csv", out / "breakdown.md", out / "breakdown.png"]
 
@@ -128,9 +136,9 @@ def write_timeline(timelines: list[list[dict]], out: Path, title: str) -> list[P
         ax.set_ylabel("program (thread block)")
         ax.set_title(f"rank 0 {op}", fontsize=9)
         ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
+    _figure_title(fig, title)
     fig.tight_layout()
-    fig.savefig(out / "workers.png", dpi=110)
+    fig.savefig(out / "workers.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return [out / "workers.csv", out / "workers.md", out / "workers.png"]
 

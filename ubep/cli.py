@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
+from pathlib import Path
 
+import torch
+
+from ubep.backends.ascend_library import LIB_ENV, library_path
 from ubep.buffer import BACKENDS
 from ubep.config import DTYPES, LAYOUTS, REDUCTIONS, SYNC_MODES
 
 DTYPE_NAMES = {"bf16": DTYPES[0], "fp16": DTYPES[1], "fp32": DTYPES[2]}
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds each option's default to its help, unless the help already says what the default is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if "(default:" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _positive(text: str) -> int:
@@ -24,7 +38,7 @@ def _shape_options(parser: argparse.ArgumentParser, tokens: int) -> None:
     parser.add_argument("--tokens", type=_positive, default=tokens, help="tokens per rank")
     parser.add_argument("--hidden", type=_positive, default=1024, help="hidden size H")
     parser.add_argument("--experts", type=_positive, default=64,
-                        help="number of experts E (a multiple of --ranks)")
+                        help="number of experts E, a multiple of --ranks")
     parser.add_argument("--top-k", type=_positive, default=8, help="experts per token K")
     parser.add_argument("--dtype", choices=sorted(DTYPE_NAMES), default="bf16",
                         help="dtype of the tokens on the wire")
@@ -34,22 +48,45 @@ def _shape_options(parser: argparse.ArgumentParser, tokens: int) -> None:
                         help="where combine sums the top-k outputs")
     parser.add_argument("--backend", choices=BACKENDS, default="auto", help="ubep backend")
     parser.add_argument("--sync", choices=SYNC_MODES, default="tff",
-                        help="how receivers learn that rows arrived (cuda backend)")
+                        help="how receivers learn that rows arrived, on the cuda and ascend backends")
 
 
-def _check_shape(args: argparse.Namespace) -> None:
+def _check_shape(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Options valid alone but not together: the subcommand's usage error (exit status 2)."""
     if args.experts % args.ranks:
-        _parser().error(f"--experts {args.experts} must be a multiple of --ranks {args.ranks}")
+        parser.error(f"--experts {args.experts} must be a multiple of --ranks {args.ranks}")
     if args.top_k > args.experts:
-        _parser().error(f"--top-k {args.top_k} must be <= --experts {args.experts}")
+        parser.error(f"--top-k {args.top_k} must be <= --experts {args.experts}")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _cuda_problem(args: argparse.Namespace) -> str | None:
+    """What this machine lacks for the GPU options in ``args``, naming the option; None if nothing."""
+    gpu_options = [o for o, wanted in (("--backend cuda", args.backend == "cuda"),
+                                       ("--pg nccl", getattr(args, "pg", None) == "nccl")) if wanted]
+    if gpu_options and torch.cuda.device_count() == 0:
+        return f"{gpu_options[0]} needs a CUDA GPU, and torch sees none on this machine"
+    if args.backend == "cuda" and importlib.util.find_spec("triton") is None:
+        return "--backend cuda needs Triton, which is not installed here (pip install triton)"
+    return None
+
+
+def _machine_problem(args: argparse.Namespace) -> str | None:
+    """What this machine lacks for ``args``, found before any rank starts; None if nothing."""
+    if args.backend == "ascend":
+        path = library_path()
+        if path is None or not path.exists():
+            return (f"--backend ascend needs the Ascend operator library, which is not built: run "
+                    f"./build.sh test, or set {LIB_ENV}")
+    return _cuda_problem(args)
+
+
+def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The ``ubep`` parser and its subcommands' parsers by name."""
     parser = argparse.ArgumentParser(
         prog="ubep", description="Deterministic expert-parallel dispatch and combine for MoE.")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser(
-        "demo", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "demo", formatter_class=_HelpFormatter,
         help="run an MoE layer with expert parallelism on CPU ranks and check it",
         description="Spawn W CPU ranks over gloo, run a DeepSeek-style MoE layer (softmax top-k "
         "router, one SwiGLU expert per expert) with ubep dispatch -> experts -> combine, forward "
@@ -61,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--iters", type=_positive, default=3, help="steps to time")
     demo.add_argument("--seed", type=int, default=0, help="seed of weights and tokens")
     prof = sub.add_parser(
-        "profile", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "profile", formatter_class=_HelpFormatter,
         help="per-phase latency breakdown of dispatch + combine",
         description="Spawn W ranks (CPU over gloo, or one GPU each over NCCL with --pg nccl), run "
         "dispatch + combine with per-phase timers on, print the breakdown per rank and write "
@@ -76,10 +113,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="the buffer's max_tokens_per_rank, at least --tokens: calls smaller "
                       "than the buffer, as in a decode step (default: --tokens)")
     prof.add_argument("--pg", choices=("gloo", "nccl"), default="gloo",
-                      help="process-group backend (nccl: one GPU per rank)")
+                      help="process-group backend; nccl: ranks on GPUs, one each or sharing them")
     prof.add_argument("--out", default="ubep-profile-out", help="folder for the CSV and PNG")
     sim = sub.add_parser(
-        "simulate", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "simulate", formatter_class=_HelpFormatter,
         help="simulate a dispatch on a superpod (UBEP paper scenarios)",
         description="Run a named scenario of the superpod simulator (a SimPy model of one MoE "
         "dispatch: BSP or decomposed, worker mapping, sync mode) and write its table (CSV, "
@@ -87,50 +124,69 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--scenario", default="paper-fig10", help="scenario name, or 'all'")
     sim.add_argument("--out", default="ubep-sim-out", help="folder for tables and figures")
     sim.add_argument("--list", action="store_true", help="list the scenarios and exit")
-    return parser
+    return parser, {"demo": demo, "profile": prof, "simulate": sim}
+
+
+def _say_problem(command: str, problem: str) -> int:
+    print(f"ubep {command}: {problem}", file=sys.stderr)
+    return 2
+
+
+def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    _check_shape(args, parser)
+    if args.backend == "cuda":  # true on any machine: the demo's Buffer holds CPU tensors
+        return _say_problem("demo", "--backend cuda runs on GPUs over NCCL, but ubep demo's ranks are "
+                            "CPU processes over gloo: try `ubep profile --pg nccl --backend cuda` on a "
+                            "GPU machine")
+    if problem := _machine_problem(args):
+        return _say_problem("demo", problem)
+    from ubep.demo import DemoOptions, run_demo
+    from ubep.moe import MoEShape
+
+    shape = MoEShape(hidden=args.hidden, num_experts=args.experts, top_k=args.top_k,
+                     intermediate=args.intermediate, dtype=DTYPE_NAMES[args.dtype])
+    return run_demo(DemoOptions(ranks=args.ranks, tokens=args.tokens, shape=shape, layout=args.layout,
+                                backend=args.backend, reduce=args.reduce, sync=args.sync,
+                                iters=args.iters, seed=args.seed))
+
+
+def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    _check_shape(args, parser)
+    if args.buffer_tokens is not None and args.buffer_tokens < args.tokens:
+        parser.error(f"--buffer-tokens {args.buffer_tokens} must be >= --tokens {args.tokens}")
+    if importlib.util.find_spec("matplotlib") is None:
+        return _say_problem("profile", "drawing the breakdown needs matplotlib: pip install 'ubep[sim]'")
+    if problem := _machine_problem(args):
+        return _say_problem("profile", problem)
+    if args.backend == "cuda" and args.pg != "nccl":
+        parser.error("--backend cuda needs --pg nccl: its ranks run on GPUs")
+    from ubep.breakdown import ProfileOptions, run_profile
+
+    return run_profile(ProfileOptions(
+        ranks=args.ranks, tokens=args.tokens, hidden=args.hidden, experts=args.experts,
+        top_k=args.top_k, dtype=DTYPE_NAMES[args.dtype], layout=args.layout,
+        reduce=args.reduce, backend=args.backend, sync=args.sync, maxvio=args.maxvio,
+        iters=args.iters, num_sms=args.num_sms, pg_backend=args.pg,
+        buffer_tokens=args.buffer_tokens), Path(args.out))
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from ubep.sim.cli import run_simulate  # imports no simpy: --list works without the sim extras
+
+    missing = [m for m in ("simpy", "matplotlib") if importlib.util.find_spec(m) is None]
+    if missing and not args.list:
+        return _say_problem("simulate", f"running a scenario needs the sim extras (missing: "
+                            f"{', '.join(missing)}): pip install 'ubep[sim]'")
+    return run_simulate(args.scenario, args.out, args.list)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "demo":
-        from ubep.demo import DemoOptions, run_demo
-        from ubep.moe import MoEShape
-
-        _check_shape(args)
-        shape = MoEShape(hidden=args.hidden, num_experts=args.experts, top_k=args.top_k,
-                         intermediate=args.intermediate, dtype=DTYPE_NAMES[args.dtype])
-        return run_demo(DemoOptions(ranks=args.ranks, tokens=args.tokens, shape=shape,
-                                    layout=args.layout, backend=args.backend,
-                                    reduce=args.reduce, sync=args.sync, iters=args.iters,
-                                    seed=args.seed))
-    if args.command == "profile":
-        import importlib.util
-        from pathlib import Path
-
-        from ubep.breakdown import ProfileOptions, run_profile
-
-        _check_shape(args)
-        if args.buffer_tokens is not None and args.buffer_tokens < args.tokens:
-            _parser().error(f"--buffer-tokens {args.buffer_tokens} must be >= --tokens {args.tokens}")
-        if importlib.util.find_spec("matplotlib") is None:
-            print("ubep profile draws its breakdown with matplotlib: pip install 'ubep[sim]'",
-                  file=sys.stderr)
-            return 2
-        return run_profile(ProfileOptions(
-            ranks=args.ranks, tokens=args.tokens, hidden=args.hidden, experts=args.experts,
-            top_k=args.top_k, dtype=DTYPE_NAMES[args.dtype], layout=args.layout,
-            reduce=args.reduce, backend=args.backend, sync=args.sync, maxvio=args.maxvio,
-            iters=args.iters, num_sms=args.num_sms, pg_backend=args.pg,
-            buffer_tokens=args.buffer_tokens), Path(args.out))
+    parser, commands = _parsers()
+    args = parser.parse_args(argv)
     if args.command == "simulate":
-        try:
-            from ubep.sim.cli import run_simulate
-        except ImportError as err:  # simpy / matplotlib are the optional 'sim' extras
-            print(f"ubep simulate needs the sim extras ({err.name} is missing): "
-                  f"pip install 'ubep[sim]'", file=sys.stderr)
-            return 2
-        return run_simulate(args.scenario, args.out, args.list)
-    return 2
+        return _simulate(args)
+    run = _demo if args.command == "demo" else _profile
+    return run(args, commands[args.command])
 
 
 if __name__ == "__main__":

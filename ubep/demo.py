@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ubep.backends.base import WireStats
 from ubep.buffer import Buffer
 from ubep.launch import run_ranks
 from ubep.moe import MoEShape, ep_forward, expert_weights, router_weight, single_process_forward
@@ -47,6 +48,8 @@ def _say(start: float, text: str) -> None:
 
 def demo_rank(rank: int, world_size: int, opts: DemoOptions, start: float) -> dict:
     shape = opts.shape
+    if rank == 0:
+        _say(start, f"{world_size} ranks up: making the buffer and the layer's weights")
     buf = Buffer(hidden=shape.hidden, num_experts=shape.num_experts, top_k=shape.top_k,
                  max_tokens_per_rank=opts.tokens, dtype=shape.dtype, backend=opts.backend,
                  layout=opts.layout, sync=opts.sync, profile=True)
@@ -113,6 +116,19 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.2f} MB"
 
 
+def _wire_line(wire: list[WireStats | None]) -> str:
+    """The last dispatch's bytes to other ranks, summed over the ranks; ``None``: not counted (a
+    backend may leave them out, as counting them would cost it a host synchronization)."""
+    if any(stats is None for stats in wire):
+        return "dispatch bytes to other ranks: not reported by this backend"
+    relay = sum(x.token_bytes for x in wire)
+    naive = sum(x.naive_token_bytes for x in wire)
+    meta = sum(x.route_bytes + x.count_bytes for x in wire)
+    return (f"dispatch bytes to other ranks, all ranks: tokens {_mb(relay)} (once per destination "
+            f"rank) vs {_mb(naive)} for a per-expert all-to-all ({naive / max(relay, 1):.2f}x); "
+            f"routing and counts {_mb(meta)}")
+
+
 def report(opts: DemoOptions, results: list[dict], elapsed: float) -> bool:
     shape, w = opts.shape, opts.ranks
     dt = str(shape.dtype).removeprefix("torch.")
@@ -123,13 +139,7 @@ def report(opts: DemoOptions, results: list[dict], elapsed: float) -> bool:
           f"per rank), top-{shape.top_k}, SwiGLU intermediate {shape.intermediate}, {dt}, "
           f"{opts.tokens} tokens per rank")
     print(f"rows received per rank: {[r['rows'] for r in results]}")
-    wire = [r["wire"] for r in results]
-    relay = sum(x.token_bytes for x in wire)
-    naive = sum(x.naive_token_bytes for x in wire)
-    meta = sum(x.route_bytes + x.count_bytes for x in wire)
-    print(f"dispatch bytes to other ranks, all ranks: tokens {_mb(relay)} (once per destination "
-          f"rank) vs {_mb(naive)} for a per-expert all-to-all ({naive / max(relay, 1):.2f}x); "
-          f"routing and counts {_mb(meta)}")
+    print(_wire_line([r["wire"] for r in results]))
     step = sorted(results[0]["step_ms"])[len(results[0]["step_ms"]) // 2]
     print(f"\nrank 0, median over {opts.iters} steps (forward + backward: {step:.1f} ms per step):")
     print(breakdown_table(results[0]["phases"]))

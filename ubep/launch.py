@@ -2,7 +2,8 @@
 
 Used by the tests and by ``ubep demo``. ``fn`` must be importable by name (defined at module level),
 since ranks are started with the ``spawn`` method. Each rank returns a small picklable value; a rank
-that raises is reported with its traceback, and a rank still running at the deadline is killed.
+that raises, in ``fn`` or while it starts (device, process group), is reported with its exception and
+traceback, and a rank still running at the deadline is killed.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class RankFailure:
 class RanksFailed(RuntimeError):
     def __init__(self, failures: list[RankFailure]):
         self.failures = failures
-        super().__init__("\n".join(f"rank {f.rank} raised {f.kind}:\n{f.trace}" for f in failures))
+        super().__init__("\n".join(f"rank {f.rank} raised {f.kind}: {f.message}\n{f.trace}"
+                                   for f in failures))
 
 
 def _rendezvous_store(rank, world_size, ports, timeout):
@@ -53,15 +55,26 @@ def _rendezvous_store(rank, world_size, ports, timeout):
     return dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=timeout)
 
 
+def _rank_gpu(rank: int):
+    """The GPU of ``rank`` in an NCCL group: ranks share the GPUs in turn."""
+    import torch
+
+    count = torch.cuda.device_count()
+    if count == 0:
+        raise RuntimeError(f"rank {rank}: an NCCL process group needs a CUDA GPU, and torch sees none "
+                           f"on this machine")
+    return torch.device("cuda", rank % count)
+
+
 def _rank_main(fn, rank, world_size, args, ports, pg_backend, pg_timeout_s, threads, results):
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(threads)
-    if pg_backend == "nccl":
-        torch.cuda.set_device(rank % torch.cuda.device_count())
-    try:
-        device_id = torch.device("cuda", torch.cuda.current_device()) if pg_backend == "nccl" else None
+    try:  # from here on, whatever a rank raises reaches the parent with its type and message
+        device_id = _rank_gpu(rank) if pg_backend == "nccl" else None
+        if device_id is not None:
+            torch.cuda.set_device(device_id)
         timeout = timedelta(seconds=pg_timeout_s)
         store = _rendezvous_store(rank, world_size, ports, timeout)
         dist.init_process_group(pg_backend, store=store, rank=rank, world_size=world_size,
@@ -74,6 +87,22 @@ def _rank_main(fn, rank, world_size, args, ports, pg_backend, pg_timeout_s, thre
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _drain(results, outcome: dict[int, object]) -> None:
+    """Move every report already sent on ``results`` into ``outcome``."""
+    while True:
+        try:
+            rank, value = results.get(timeout=0.5)
+        except queue.Empty:
+            return
+        outcome[rank] = value
+
+
+def _exit_reason(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        return f"killed by signal {-exitcode} before it reported"
+    return f"exited with code {exitcode} before it reported (its stderr says why)"
 
 
 def run_ranks(
@@ -119,8 +148,11 @@ def run_ranks(
             outcome[rank] = value
         except queue.Empty:
             dead = [r for r, p in enumerate(procs) if not p.is_alive() and r not in outcome]
-            for r in dead:  # died without reporting (killed, segfault)
-                outcome[r] = RankFailure(r, "ProcessDied", f"exit code {procs[r].exitcode}", "")
+            if dead:  # what they put before exiting is in the pipe now, though the get above missed it
+                _drain(results, outcome)
+            for r in dead:
+                if r not in outcome:  # died without reporting (killed, segfault, failed to start)
+                    outcome[r] = RankFailure(r, "ProcessDied", _exit_reason(procs[r].exitcode), "")
             if time.monotonic() > deadline:
                 for r in range(world_size):
                     if r not in outcome:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 from ubep.profiling import markdown_table, write_table
@@ -10,10 +12,17 @@ from ubep.sim.report import write_figure
 from ubep.sim.scenarios import SCENARIOS, run_scenario
 
 
+def scenario_list(width: int) -> str:
+    """Each scenario's name and whole description, wrapped to ``width`` columns."""
+    indent = max(map(len, SCENARIOS)) + 2
+    return "\n".join(textwrap.fill(" ".join(fn.__doc__.split()), width, initial_indent=f"{name:<{indent}}",
+                                   subsequent_indent=" " * indent, break_on_hyphens=False)
+                     for name, fn in SCENARIOS.items())
+
+
 def run_simulate(scenario: str, out: str, list_only: bool) -> int:
     if list_only:
-        for name, fn in SCENARIOS.items():
-            print(f"{name:<12} {fn.__doc__.splitlines()[0]}")
+        print(scenario_list(min(100, shutil.get_terminal_size().columns)))
         return 0
     names = list(SCENARIOS) if scenario == "all" else [scenario]
     unknown = [n for n in names if n not in SCENARIOS]

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import simpy
 import torch
 
 from ubep.protocol import MODES
@@ -100,6 +99,8 @@ def worker_plan(variant: str, counts_E: torch.Tensor, hop_E: torch.Tensor, worke
 
 class _Dispatch:
     def __init__(self, env, traffic: Routing, topo: Topology, params: SimParams, cfg: SimConfig):
+        import simpy  # here, not at the top: listing the scenarios needs no simpy
+
         self.env, self.t, self.topo, self.p, self.cfg = env, traffic, topo, params, cfg
         world = traffic.world_size
         self.egress = [simpy.Resource(env, capacity=params.link_lanes) for _ in range(world)]
@@ -256,6 +257,8 @@ def simulate(traffic: Routing, topo: Topology, params: SimParams, cfg: SimConfig
         raise ValueError(f"topology has {topo.world_size} ranks, traffic {traffic.world_size}")
     if cfg.execution == "decomposed" and not 0 < cfg.n_count < params.workers_per_rank:
         raise ValueError(f"n_count must be in [1, {params.workers_per_rank}), got {cfg.n_count}")
+    import simpy  # here, not at the top: listing the scenarios needs no simpy
+
     env = simpy.Environment()
     model = _Dispatch(env, traffic, topo, params, cfg)
     run = model.bsp if cfg.execution == "bsp" else model.decomposed
