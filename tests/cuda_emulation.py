@@ -103,21 +103,54 @@ def _check_idle(backends: list, after: str) -> None:
                 raise AssertionError(f"rank {rank} {name}: markers not reset after {after}")
 
 
+GUARD_BYTES = 64  # after every allocation of an operation, filled with GUARD_BYTE
+GUARD_BYTE = 0xA5
+
+
 @contextlib.contextmanager
-def _poisoned_empty():
-    """``torch.empty`` filled with NaN (integers: -7), values no result holds: an output element the
-    kernels leave unwritten (a padding row's weight, say) then differs from the oracle."""
-    real = torch.empty
+def _guarded_outputs(label: str):
+    """Every ``torch.empty`` / ``Tensor.new_empty`` / ``Tensor.new_zeros`` of the operations run
+    inside: followed by ``GUARD_BYTES`` bytes that must still hold ``GUARD_BYTE`` when the block
+    ends (a kernel that wrote past the end of an output fails the test: on a GPU that write lands
+    in the caching allocator's next block, or past its segment); ``empty`` ones filled with NaN
+    (integers: -7), values no result holds, so an output element the kernels leave unwritten (a
+    padding row's weight, say) differs from the oracle."""
+    real_empty, real_new_empty, real_new_zeros = torch.empty, torch.Tensor.new_empty, torch.Tensor.new_zeros
+    guards: list[tuple[str, torch.Tensor]] = []
 
-    def empty(*args, **kwargs):
-        t = real(*args, **kwargs)
-        return t.fill_(float("nan") if t.is_floating_point() else -7)
+    def guarded(shape, dtype, poison: bool) -> torch.Tensor:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
+            shape = tuple(shape[0])
+        numel = 1
+        for n in shape:
+            numel *= int(n)
+        size = numel * dtype.itemsize
+        raw = real_empty(size + GUARD_BYTES, dtype=torch.uint8)
+        raw[size:] = GUARD_BYTE
+        guards.append((f"{dtype}{list(shape)}", raw[size:]))
+        t = raw[:size].view(dtype).view(shape)
+        if poison:
+            return t.fill_(float("nan") if t.is_floating_point() else -7)
+        return t.zero_()
 
-    torch.empty = empty
+    def empty(*shape, dtype=None, device=None, **_):
+        return guarded(shape, dtype or torch.get_default_dtype(), True)
+
+    def new_empty(self, *shape, dtype=None, **_):
+        return guarded(shape, dtype or self.dtype, True)
+
+    def new_zeros(self, *shape, dtype=None, **_):
+        return guarded(shape, dtype or self.dtype, False)
+
+    torch.empty, torch.Tensor.new_empty, torch.Tensor.new_zeros = empty, new_empty, new_zeros
     try:
         yield
     finally:
-        torch.empty = real
+        torch.empty, torch.Tensor.new_empty, torch.Tensor.new_zeros = (real_empty, real_new_empty,
+                                                                     real_new_zeros)
+    for what, guard in guards:
+        if not bool((guard == GUARD_BYTE).all()):
+            raise AssertionError(f"{label}: a kernel wrote past the end of a {what} output")
 
 
 def _inputs(case: Case, world: int) -> tuple[list, list, list]:
@@ -134,8 +167,9 @@ def _check_combine(backends: list, experts_out: list, handles: list, outs, idxs,
                    weighted: bool, label: str, check) -> None:
     """One combine of ``experts_out`` on every emulated rank, each rank's ``y`` against the oracle's
     by ``check(label.format(rank=r), got, want)``."""
-    ys = lockstep([b.combine_steps(o, h, reduce, weighted)
-                   for b, o, h in zip(backends, experts_out, handles, strict=True)])
+    with _guarded_outputs(label.format(rank="every")):
+        ys = lockstep([b.combine_steps(o, h, reduce, weighted)
+                       for b, o, h in zip(backends, experts_out, handles, strict=True)])
     for rank, y in enumerate(ys):
         want = oracle.combine(outs, idxs, ws, rank, len(backends), cfg.num_experts, reduce, weighted,
                               cfg.hidden, cfg.dtype)
@@ -174,7 +208,7 @@ def emulated_case(_rank: int, _world: int, case: Case, max_count: int | None = N
     backends = emulated_backends(case, max_count)
     world, cfg = len(backends), backends[0].config
     xs, idxs, ws = _inputs(case, world)
-    with _poisoned_empty():
+    with _guarded_outputs("dispatch"):
         dispatched = _dispatch(backends, xs, idxs, ws)
     _check_idle(backends, "dispatch")
     outs = oracle.expert_outputs(
@@ -196,10 +230,12 @@ def emulated_case(_rank: int, _world: int, case: Case, max_count: int | None = N
         _check_combine(backends, experts_out, handles, outs, idxs, ws, cfg, reduce, weighted,
                        f"rank {{rank}} combine({reduce}, weighted={weighted})", _check_equal)
         _check_idle(backends, f"combine({reduce}, weighted={weighted})")
-    resent = lockstep([b.dispatch_like_steps(gy, h) for b, gy, h in zip(backends, gys, handles,
-                                                                      strict=True)])
-    returned = lockstep([b.return_pair_values_steps(recv_w.reshape(-1), h)
-                         for b, (_, recv_w, h) in zip(backends, dispatched, strict=True)])
+    with _guarded_outputs("dispatch_like"):
+        resent = lockstep([b.dispatch_like_steps(gy, h) for b, gy, h in zip(backends, gys, handles,
+                                                                          strict=True)])
+    with _guarded_outputs("return_pair_values"):
+        returned = lockstep([b.return_pair_values_steps(recv_w.reshape(-1), h)
+                             for b, (_, recv_w, h) in zip(backends, dispatched, strict=True)])
     _check_idle(backends, "dispatch_like and return_pair_values")
     for rank, (rows, values) in enumerate(zip(resent, returned, strict=True)):
         want_rows, want_tpe, _ = oracle.dispatch(gys, idxs, ws, rank, world, cfg.num_experts)

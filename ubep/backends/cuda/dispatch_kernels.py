@@ -116,9 +116,10 @@ def _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD: tl.constexpr, E_LO
     """``base [W_BLOCK * L_BLOCK]``: ``base[s * L_BLOCK + l]`` is the first receive row of source
     ``s``'s pairs for local expert ``l`` (``ubep.layout.row_base``), kept in registers: a table in
     memory would cost its receivers a store, a barrier and a load on the way to each row. Receive
-    program 0 also writes ``tokens_per_expert [E_LOCAL]`` and their sum after them. Without
-    ``REPLICATE`` (the compact layout's sizing launch) ``tpe`` is in pinned host memory, which the
-    host polls for the sum (the output's rows): the sum goes last, with a system-scope release."""
+    program 0 also writes ``tokens_per_expert``: with ``REPLICATE``, ``tpe [E_LOCAL]`` (the
+    handle's counts, nothing after them); without (the compact layout's sizing launch), ``tpe
+    [E_LOCAL + 1]`` in pinned host memory, which the host polls for the sum after the counts (the
+    output's rows): the sum goes last, with a system-scope release."""
     s = tl.arange(0, W_BLOCK)[:, None]
     loc = tl.arange(0, L_BLOCK)[None, :]
     valid = (s < WORLD) & (loc < E_LOCAL)
@@ -130,9 +131,7 @@ def _row_base(count_local, tpe_ptr, j, slot, capacity, WORLD: tl.constexpr, E_LO
     if j == 0:
         lanes = tl.arange(0, L_BLOCK)
         tl.store(tpe_ptr + lanes, total, mask=lanes < E_LOCAL)
-        if REPLICATE:
-            tl.store(tpe_ptr + E_LOCAL, tl.sum(total, 0))
-        else:
+        if not REPLICATE:
             tl.debug_barrier()  # the release below covers every thread's stores (a timeout's too)
             sync.store_release_sys(tpe_ptr + E_LOCAL, tl.sum(total, 0))
     return tl.reshape(base, [W_BLOCK * L_BLOCK])
