@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Everything this project checks on a GPU machine: the GPU tests (bit for bit against the oracle,
 # stress, timeouts, CUDA graphs, wire images, profiling), then the side-by-side benchmark.
-#   benchmarks/run_gpu_checks.sh [part ...]     parts: exact, worlds, stress, bench, sweep (default: all)
-# exact: wire images, launches, and tests/test_cuda.py at W = 1 and 2 but the stress test; worlds:
+#   benchmarks/run_gpu_checks.sh [part ...]
+#   parts: exact, lifetime, worlds, stress, bench, sweep (default: all)
+# exact: wire images, launches, and tests/test_cuda.py at W = 1 and 2 but the stress test; lifetime:
+# tests/test_cuda_lifetime.py (40 Buffers of five model shapes made, used and destroyed in one
+# process, two alive at once, a CUDA graph that outlives its Buffer); worlds:
 # the oracle matrix at W = 4 and 8; stress: the 2000-call stress tests; bench: bench_ep.py, then
 # its targets read off the results (benchmarks/targets.py, into $OUT/targets.md); sweep:
 # bench_ep.py over other model shapes (SWEEP_SHAPES, HIDDEN:EXPERTS:TOP_K each) at 128 and 4096
@@ -10,11 +13,11 @@
 # Each group runs under its own time limit (LIMIT_S, default 420 s), so one stuck group cannot use up
 # the others' time; a GPU test case costs 10-120 s (processes, NCCL, Triton compiles; the low end with
 # a warm Triton cache, TRITON_CACHE_DIR). Where pytest-xdist is installed the tests run in 3 workers
-# (PYTEST_WORKERS); measured on one H200 with the ranks sharing it, 8 workers, a fresh machine:
-# `exact` 283-320 s (28 cases; 30 since session 38), `stress` 180 s, `worlds` more than 530 s (on a
-# machine lent for 10-minute calls: one part per call; the whole benchmark needs LIMIT_S=590). `dc`'s stress at 7168
-# elements took about 0.23 s a call on one shared GPU (session 17), 8 minutes per layout: there, run
-# one layout per call, `python3 -m pytest tests/test_cuda.py -k "dc-padded-wide"` (then compact).
+# (PYTEST_WORKERS). On one H200 with the ranks sharing it (8 workers, a fresh machine) `exact` takes
+# about 5 minutes, `stress` 3, `worlds` more than 9 (on a machine lent for 10-minute calls: one part
+# per call; the whole benchmark needs LIMIT_S=590). `dc`'s stress at 7168 elements takes about 0.23 s
+# a call on one shared GPU, 8 minutes per layout: there, run one layout per call,
+# `python3 -m pytest tests/test_cuda.py -k "dc-padded-wide"` (then compact).
 # Logs go to $OUT (default bench-out), one per group, a line per test case (a group cut by its limit
 # still names the cases that passed). BENCH_ARGS passes options to bench_ep.py.
 # Meant for 2 or more GPUs of one host; on fewer GPUs than a test has ranks, the cuda backend's ranks
@@ -42,7 +45,7 @@ if python3 -c "import xdist" 2>/dev/null; then
   workers=(-n "${PYTEST_WORKERS:-3}")
 fi
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(exact worlds stress bench sweep)
+[ ${#parts[@]} -gt 0 ] || parts=(exact lifetime worlds stress bench sweep)
 # the limits' corners among them: top-16, 1024 experts, a small hidden size
 shapes=${SWEEP_SHAPES:-2048:64:4 4096:128:8 4096:1024:8 7168:256:4 7168:256:16}
 for part in "${parts[@]}"; do
@@ -51,6 +54,8 @@ for part in "${parts[@]}"; do
       run wire python3 -m pytest -v -rf "${workers[@]}" tests/test_cuda_wire.py tests/test_cuda_launcher.py
       run exact python3 -m pytest -v -rf "${workers[@]}" tests/test_cuda.py \
         -k "not stress and not 4-cuda and not 8-cuda" ;;
+    lifetime)
+      run lifetime python3 -m pytest -v -rf "${workers[@]}" tests/test_cuda_lifetime.py ;;
     worlds)
       run worlds python3 -m pytest -v -rf "${workers[@]}" tests/test_cuda.py -k "4-cuda or 8-cuda" ;;
     stress)
@@ -60,7 +65,7 @@ for part in "${parts[@]}"; do
       # "--tokens 4096 8192" in the next on a machine lent for 10-minute calls)
       # shellcheck disable=SC2086
       run bench env PYTHONPATH=. python3 benchmarks/bench_ep.py --vdev --out "$out/bench" ${BENCH_ARGS:-}
-      # the targets this run measured, best mode each (docs/CUDA.md, "Where the time goes")
+      # the targets this run measured, best mode each
       [ -f "$out/bench/results.csv" ] && python3 benchmarks/targets.py "$out/bench/results.csv" \
         | tee "$out/targets.md" ;;
     sweep)
@@ -68,7 +73,7 @@ for part in "${parts[@]}"; do
       run sweep env PYTHONPATH=. python3 benchmarks/bench_ep.py --out "$out/sweep" --shapes $shapes \
         --tokens 128 4096 --maxvio 0 --syncs sw tff ;;
     *)
-      echo "unknown part '$part' (exact, worlds, stress, bench, sweep)" >&2
+      echo "unknown part '$part' (exact, lifetime, worlds, stress, bench, sweep)" >&2
       exit 2 ;;
   esac
 done

@@ -136,12 +136,13 @@ def dirty_window_worker(rank: int, world_size: int, sync: str) -> dict:
 
 
 def skip_prepare_worker(rank: int, world_size: int) -> str:
-    """Both ranks make a Buffer; only rank 0 makes a second one, whose preparation must raise
-    EPCommError on rank 0 within the timeout, not hang."""
+    """Both ranks make a Buffer; only rank 0 makes a second one (rank 1 stays alive, busy with
+    something else): its creation must raise EPCommError on rank 0 within the timeout, not hang."""
     layer = {"hidden": 16, "num_experts": 4, "top_k": 2, "max_tokens_per_rank": 4, "dtype": torch.float32,
              "backend": "ascend", "sync": "sp", "timeout_s": 2}
     ubep.Buffer(**layer)
     if rank == 1:
+        time.sleep(4)
         return "skipped"
     start = time.monotonic()
     try:

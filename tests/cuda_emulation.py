@@ -324,3 +324,70 @@ def compact_dispatch_alone_case(_rank: int, _world: int, sync: str) -> None:
     with pytest.raises(EPCommError, match=r"phase 'dispatch: wait for counts and routes' \(call 1, "
                                           r"waiting on rank 1\)"):
         backends[0].dispatch(*case_inputs(case, 0))
+
+
+def _errors_after(backends: list, steps: list) -> list[str]:
+    """Runs each rank's operation (``steps``, in lockstep) and then its ``synchronize()``; each rank's
+    ``EPCommError`` message, or ``""`` if it raised none."""
+    from ubep import EPCommError
+
+    raised = [""] * len(backends)
+    live = dict(enumerate(steps))
+    while live:
+        for rank in sorted(live):
+            try:
+                next(live[rank])
+            except StopIteration:
+                del live[rank]
+            except EPCommError as err:
+                raised[rank] = str(err)
+                del live[rank]
+    for rank, backend in enumerate(backends):
+        if not raised[rank]:
+            try:
+                backend.synchronize()
+            except EPCommError as err:
+                raised[rank] = str(err)
+    return raised
+
+
+def emulated_disagreement_case(_rank: int, _world: int, case: Case, kind: str) -> list[str]:
+    """Two emulated ranks that disagree on a call after one dispatch in step: ``reduce`` (rank 0
+    combines with ``reduce="source"``, rank 1 with ``"expert_rank"``), ``weighted``, ``like`` (rank
+    0 dispatches again, rank 1 runs ``dispatch_like``), ``handle`` (a second dispatch, then rank 0
+    combines the first one's rows and rank 1 the second's). Returns each rank's ``EPCommError``
+    message: every rank must have one (the call's words carry its code, ``sync.call_tag``)."""
+    backends = emulated_backends(case)
+    xs, idxs, ws = _inputs(case, len(backends))
+    dispatched = _dispatch(backends, xs, idxs, ws)
+    if kind == "handle":
+        second = _dispatch(backends, xs, idxs, ws)
+        dispatched = [dispatched[0], second[1]]
+    if kind == "like":
+        steps = [backends[0].dispatch_steps(xs[0], idxs[0], ws[0]),
+                 backends[1].dispatch_like_steps(xs[1], dispatched[1][2])]
+    else:
+        steps = [b.combine_steps(recv_x, handle, "expert_rank" if kind == "reduce" and rank else "source",
+                                 kind != "weighted" or rank == 0)
+                 for rank, (b, (recv_x, _, handle)) in enumerate(zip(backends, dispatched, strict=True))]
+    return _errors_after(backends, steps)
+
+
+def emulated_destroy_case(_rank: int, _world: int, case: Case) -> None:
+    """``destroy()`` after a dispatch and a combine: each rank's backend drops every reference to its
+    symmetric buffers, state words and pinned words (none was captured in a graph)."""
+    import weakref
+
+    from ubep.backends.cuda.backend import _DEVICE_STATE
+
+    backends = emulated_backends(case)
+    xs, idxs, ws = _inputs(case, len(backends))
+    dispatched = _dispatch(backends, xs, idxs, ws)
+    lockstep([b.combine_steps(x, h, "source", True) for b, (x, _, h) in zip(backends, dispatched,
+                                                                            strict=True)])
+    stage = [weakref.ref(b.sym["stage"].local) for b in backends]
+    for backend in backends:
+        backend.destroy()
+        assert backend.destroyed and all(getattr(backend, name) is None for name in _DEVICE_STATE)
+    del dispatched
+    assert [ref() for ref in stage] == [None] * len(backends), "a symmetric buffer outlived destroy()"

@@ -102,11 +102,11 @@ def test_preparation_over_garbage(sync):
         assert rank["past_layer_kept"]
 
 
-def test_missing_peer_at_preparation_times_out():
+def test_missing_peer_at_buffer_creation_times_out():
     got = run_ranks(skip_prepare_worker, 2, timeout_s=120)
     assert got[1] == "skipped"
     elapsed, message = got[0].split("|", 1)
-    assert "ubep rank 0: phase 'prepare: wait for rank 1 to arrive' did not complete within 2 s" in message
+    assert "ubep rank 0: phase 'Buffer: configuration check' timed out after 2 s" in message, message
     assert 1.5 < float(elapsed) < 10
 
 

@@ -79,13 +79,17 @@ def test_ascend_backend_without_its_library_is_refused_before_spawning(capsys, m
     _refused(capsys, ["demo", *SMALL, "--backend", "ascend"], "--backend ascend")
 
 
+def _ubep_without(blocked: list[str], argv: list[str]) -> subprocess.CompletedProcess:
+    """``ubep argv`` in a fresh interpreter where the modules ``blocked`` cannot be imported."""
+    script = (f"import sys; sys.modules.update(dict.fromkeys({blocked!r}))\n"
+              f"from ubep.cli import main\nsys.exit(main({argv!r}))")
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+
+
 def test_simulate_list_needs_no_simpy_and_prints_whole_descriptions():
     """Listing imports no simpy nor matplotlib (both blocked here); each description is wrapped, whole."""
-    script = ("import sys; sys.modules['simpy'] = None; sys.modules['matplotlib'] = None\n"
-              "from ubep.cli import main\n"
-              "sys.exit(main(['simulate', '--list']))")
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
-                         timeout=120)
+    run = _ubep_without(["simpy", "matplotlib"], ["simulate", "--list"])
     assert run.returncode == 0, run.stderr
     from ubep.sim.scenarios import SCENARIOS
 
@@ -96,11 +100,7 @@ def test_simulate_list_needs_no_simpy_and_prints_whole_descriptions():
 
 
 def test_simulate_without_simpy_says_what_to_install():
-    script = ("import sys; sys.modules['simpy'] = None\n"
-              "from ubep.cli import main\n"
-              "sys.exit(main(['simulate', '--scenario', 'paper-fig10']))")
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
-                         timeout=120)
+    run = _ubep_without(["simpy"], ["simulate", "--scenario", "paper-fig10"])
     assert run.returncode == 2
     assert run.stderr.strip() == ("ubep simulate: running a scenario needs the sim extras (missing: simpy): "
                                   "pip install 'ubep[sim]'")

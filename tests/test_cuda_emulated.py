@@ -14,6 +14,8 @@ from tests.cuda_emulation import (
     compact_dispatch_alone_case,
     emulated_backends,
     emulated_case,
+    emulated_destroy_case,
+    emulated_disagreement_case,
     emulated_receivers_change_case,
     emulated_sentinel_case,
 )
@@ -155,7 +157,7 @@ def test_dc_verifiers_follow_the_call_size():
 def test_dc_shares_give_every_verifier_rows():
     """A verifier's share moves in steps of the largest power of two (up to the most a step holds)
     that still leaves each of a source's verifiers a step: at 128 tokens and 64 verifiers, 2 tokens
-    (was 16 staged: 8 of 64 verifiers had rows); a 4096-token call keeps whole steps."""
+    (steps of 16 would leave rows to 8 of the 64); a 4096-token call keeps whole steps."""
     from ubep.backends.cuda.geometry import verify_step
 
     assert [verify_step(t, 64, 16) for t in (0, 1, 63, 64, 128, 200, 1024, 4096)] == \
@@ -323,3 +325,21 @@ def test_the_wait_for_the_size_ends_like_a_synchronization():
     backend.host_rows.value, backend.sized = -1, Launch(None, ends_at=3)
     with pytest.raises(RuntimeError, match="sizing launch ended without writing its output's rows"):
         backend._received_rows()
+
+
+@pytest.mark.parametrize("sync", ["sw", "tff", "dc", "sp"])
+@pytest.mark.parametrize("kind", ["reduce", "weighted", "like", "handle"])
+def test_emulated_ranks_that_call_different_operations_fail(sync, kind, monkeypatch):
+    """Ranks that disagree on a call (reduction, weighting, operation, handle) each end with an
+    EPCommError that says so, in every sync mode, instead of taking each other's rows."""
+    case = Case(tokens=(5, 3), hidden=24, num_experts=8, top_k=2, dtype="fp32", sync=sync, seed=9)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    messages = run_ranks(emulated_disagreement_case, 1, case, kind, timeout_s=600)[0]
+    for rank, message in enumerate(messages):
+        assert f"ubep rank {rank}: phase" in message and "called another operation" in message, messages
+
+
+def test_emulated_destroy_drops_the_device_memory(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    case = Case(tokens=(5, 3), hidden=24, num_experts=8, top_k=2, dtype="fp32", sync="tff")
+    run_ranks(emulated_destroy_case, 1, case, timeout_s=600)

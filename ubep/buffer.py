@@ -12,12 +12,12 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
+from ubep.backends import collectives
 from ubep.backends.base import Backend, Handle
 from ubep.backends.reference import ReferenceBackend
-from ubep.config import REDUCTIONS, EPConfig, least_cuda_sms
+from ubep.config import DTYPES, LAYOUTS, REDUCTIONS, SYNC_MODES, EPConfig, least_cuda_sms
 
 BACKENDS = ("auto", "reference", "cuda", "ascend")
-_DEVICE_OF_PG_BACKEND = {"gloo": "cpu", "nccl": "cuda", "hccl": "npu"}
 
 
 @dataclass(frozen=True)
@@ -42,20 +42,16 @@ class DispatchResult:
 
 
 def _device_of(group: dist.ProcessGroup | None) -> torch.device:
-    name = str(dist.get_backend(group)).lower()
-    kind = _DEVICE_OF_PG_BACKEND.get(name)
-    if kind is None:
-        raise ValueError(
-            f"group uses process-group backend {name!r}; pass device= explicitly "
-            f"(known: {sorted(_DEVICE_OF_PG_BACKEND)})"
-        )
-    if kind == "cpu":
-        return torch.device("cpu")
-    return torch.device(kind, getattr(torch, kind).current_device())
+    device = collectives.group_device(group)
+    if device is None:
+        raise ValueError(f"group uses process-group backend {dist.get_backend(group)!r}; pass device= "
+                         f"explicitly (known: gloo, nccl, hccl)")
+    return device
 
 
-def _make_backend(name: str, config: EPConfig, group, device: torch.device) -> Backend:
-    """``auto`` is the reference backend until the CUDA one is measured faster everywhere."""
+def _check_backend(name: str, config: EPConfig, device: torch.device) -> None:
+    """What a backend needs of the layer and the device, checked on this rank alone before any
+    communication."""
     if name == "cuda":
         # The kernels' limits: rows moved in 16-byte pieces, routing rows of 2K int32 words,
         # expert counts that one program holds.
@@ -73,6 +69,10 @@ def _make_backend(name: str, config: EPConfig, group, device: torch.device) -> B
                              f"{', one verifier per rank' if least > 3 else ''}), got {config.num_sms}")
         if device.type != "cuda":
             raise ValueError(f"backend='cuda' needs CUDA tensors, but the buffer's device is {device}")
+
+
+def _make_backend(name: str, config: EPConfig, group, device: torch.device) -> Backend:
+    if name == "cuda":
         try:
             from ubep.backends.cuda import CudaBackend
         except ImportError as err:
@@ -83,6 +83,49 @@ def _make_backend(name: str, config: EPConfig, group, device: torch.device) -> B
 
         return AscendBackend(config, group, device)
     return ReferenceBackend(config, group, device)
+
+
+_NAMED = {"backend": BACKENDS, "dtype": DTYPES, "layout": LAYOUTS, "sync": SYNC_MODES}
+
+
+def _agreed_fields(config: EPConfig, backend: str) -> dict[str, int]:
+    """What every rank's Buffer must agree on, each field as an integer (a named value by its index
+    in ``_NAMED``; ``num_sms=None`` as -1)."""
+    return {"backend": BACKENDS.index(backend), "hidden": config.hidden,
+            "num_experts": config.num_experts, "top_k": config.top_k,
+            "max_tokens_per_rank": config.max_tokens_per_rank, "dtype": DTYPES.index(config.dtype),
+            "layout": LAYOUTS.index(config.layout), "sync": SYNC_MODES.index(config.sync),
+            "num_sms": -1 if config.num_sms is None else config.num_sms}
+
+
+def _field_value(name: str, code: int) -> object:
+    """The value a field of :func:`_agreed_fields` stands for."""
+    if name == "num_sms" and code == -1:
+        return None
+    return _NAMED[name][code] if name in _NAMED else code
+
+
+def _agree(config: EPConfig, backend: str, group: dist.ProcessGroup | None,
+           device: torch.device) -> None:
+    """Every rank of ``group`` shows the others its Buffer's configuration (one all-gather of a few
+    integers) and raises ``ValueError`` naming each field that differs and the ranks on each side,
+    on every rank alike, before the backend allocates or exchanges anything."""
+    fields = _agreed_fields(config, backend)
+    mine = torch.tensor(list(fields.values()), dtype=torch.int64)
+    table = collectives.all_gather(mine.to(collectives.group_device(group) or device), group,
+                                   phase="Buffer: configuration check", rank=config.rank,
+                                   timeout_s=config.timeout_s).cpu()
+    differ = []
+    for column, name in enumerate(fields):
+        ranks_of: dict[int, list[int]] = {}
+        for rank, code in enumerate(table[:, column].tolist()):
+            ranks_of.setdefault(code, []).append(rank)
+        if len(ranks_of) > 1:
+            differ.append(f"{name} is " + ", ".join(f"{_field_value(name, code)!r} on ranks {ranks}"
+                                                    for code, ranks in ranks_of.items()))
+    if differ:
+        raise ValueError(f"ubep rank {config.rank}: the ranks' Buffers disagree: {'; '.join(differ)} "
+                         f"(every rank of the group must create the same Buffer)")
 
 
 class Buffer:
@@ -153,7 +196,10 @@ class Buffer:
             num_sms=num_sms,
         )
         self.device = torch.device(device) if device is not None else _device_of(group)
-        self._backend: Backend = _make_backend(backend, self.config, group, self.device)
+        name = "reference" if backend == "auto" else backend
+        _check_backend(name, self.config, self.device)
+        _agree(self.config, name, group, self.device)
+        self._backend: Backend = _make_backend(name, self.config, group, self.device)
         self._backend.timer.enabled = profile
 
     @property
@@ -184,7 +230,28 @@ class Buffer:
         """Wait for this rank's queued dispatch and combine work. Raises ``EPCommError`` (naming the
         rank, the phase and the peer) if a wait on the device timed out; the cuda backend also raises
         it at the next call."""
+        self._check_open()
         self._backend.synchronize()
+
+    def destroy(self) -> None:
+        """Wait for this rank's queued work, then give back the device memory the Buffer holds (the
+        cuda backend's symmetric buffers, state words and pinned host words; the reference backend
+        holds none; the ascend backend's windows belong to the process group). Every later call of
+        this Buffer, and a combine or backward of one of its handles, raises ``RuntimeError``.
+        Idempotent; not a collective, but every rank should destroy its Buffer after its last
+        call. Deleting the last reference to a Buffer frees the same memory, at Python's pace.
+
+        A cuda Buffer whose calls a CUDA graph captured keeps its device memory when destroyed,
+        because the graph's kernels address it: such a graph still replays correctly (on every
+        rank that replays it), and a wait of a replay that times out raises ``EPCommError`` from
+        the next call of any live cuda Buffer. ``ubep.release_graph_memory()`` frees that memory
+        once the graphs are deleted (docs/CUDA.md, "Lifetime")."""
+        if not self._backend.destroyed:
+            self._backend.destroy()
+
+    def _check_open(self) -> None:
+        if self._backend.destroyed:
+            raise RuntimeError("this ubep.Buffer was destroyed (Buffer.destroy()); create a new one")
 
     # -- public calls ----------------------------------------------------------------------------
 
@@ -200,6 +267,7 @@ class Buffer:
                 twice in one row.
             topk_weights: ``[T, K]`` fp32 gate weights.
         """
+        self._check_open()
         self._check_dispatch(x, topk_idx, topk_weights)
         if _records_grad(x, topk_weights):
             handles: list[Handle] = []
@@ -230,6 +298,7 @@ class Buffer:
 
         Returns: ``y``, ``[T, H]`` in ``dtype``.
         """
+        self._check_open()
         self._check_combine(expert_out, handle, reduce, weighted)
         if _records_grad(expert_out, handle.topk_weights):
             return _Combine.apply(expert_out, handle.topk_weights, handle, self._backend, reduce,
@@ -297,6 +366,12 @@ def _capturing(t: torch.Tensor) -> bool:
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
+def _check_backward(backend: Backend) -> None:
+    if backend.destroyed:
+        raise RuntimeError("backward of a ubep dispatch or combine whose Buffer was destroyed "
+                           "(Buffer.destroy()); destroy a Buffer after the backward of its calls")
+
+
 def _records_grad(*inputs: torch.Tensor) -> bool:
     """Whether autograd records an operation on ``inputs`` (else the autograd Function is skipped:
     its outputs would not require grad either)."""
@@ -318,6 +393,7 @@ class _Dispatch(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_recv_x, grad_recv_weights):
         backend, handle = ctx.backend, ctx.handle
+        _check_backward(backend)
         grad_x = grad_w = None
         if ctx.needs_input_grad[0]:
             grad_x = backend.combine(grad_recv_x.contiguous(), handle, "source", False)
@@ -342,6 +418,7 @@ class _Combine(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_y):
         backend, handle = ctx.backend, ctx.handle
+        _check_backward(backend)
         recv_grad = backend.dispatch_like(grad_y.contiguous(), handle)
         rows_w = handle.row_weights.view(handle.rows_shape(1))
         grad_out = grad_w = None

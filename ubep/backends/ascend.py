@@ -14,9 +14,12 @@ creation (the ``prepare`` op: zeros, sp sentinels, then a meeting of every die),
 when another layer's Buffer prepared them since.
 
 Calls are numbered per group (epochs 1, 2, 3, ... on every rank, across all the group's Buffers); call
-``e`` uses window slot ``e & 1``. A rank whose peers do not arrive raises :class:`EPCommError` naming its
-rank and the phase after ``config.timeout_s``; the group's windows are then in an unknown state until a
-new Buffer prepares them.
+``e`` uses window slot ``e & 1``. The kernels get ``e | code << CALL_BITS`` as their epoch (``code``:
+``base.call_code``, the operation and the handle it reuses), which every flag, record and count
+message of the call carries: ranks that called different operations wait for words that never come
+and raise :class:`EPCommError` instead of mixing two calls. A rank whose peers do not arrive raises
+:class:`EPCommError` naming its rank and the phase after ``config.timeout_s``; the group's windows are
+then in an unknown state until a new Buffer prepares them.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import torch.distributed as dist
 
 from ubep.backends.ascend_library import load_ops
 from ubep.backends.ascend_windows import group_windows, window_bytes, window_layout
-from ubep.backends.base import Backend, EPCommError, Handle
+from ubep.backends.base import CALL_BITS, Backend, EPCommError, Handle, call_code
 from ubep.config import EPConfig
 
 TWIN_AIVS = 4  # AIV threads per die on the CPU twin
@@ -93,12 +96,13 @@ class AscendBackend(Backend):
                    self.n_workers, cfg.timeout_s)
         w.layout = self.layout
 
-    def _call_epoch(self) -> int:
-        """The next call's epoch, after preparing the windows again if they hold another layer's
-        layout (every rank decides alike: the group's calls are the same sequence everywhere)."""
+    def _call_epoch(self, code: int) -> int:
+        """The next call's epoch with its call ``code`` above it, after preparing the windows again
+        if they hold another layer's layout (every rank decides alike: the group's calls are the
+        same sequence everywhere)."""
         if self.windows.layout != self.layout:
             self._prepare()
-        return self.windows.next_epoch()
+        return self.windows.next_epoch() | code << CALL_BITS
 
     def _call(self, op, *args):
         try:
@@ -106,11 +110,12 @@ class AscendBackend(Backend):
         except RuntimeError as err:
             message = str(err).splitlines()[0]
             if "did not complete within" in message:
-                raise EPCommError(message) from None
+                raise EPCommError(f"{message}: a peer is late, failed, or called another operation "
+                                  f"(the ranks must run the same calls in the same order)") from None
             raise
 
-    def _dispatch_op(self, x_TH, topk_idx_TK, topk_weights_TK):
-        cfg, epoch = self.config, self._call_epoch()
+    def _dispatch_op(self, x_TH, topk_idx_TK, topk_weights_TK, code: int):
+        cfg, epoch = self.config, self._call_epoch(code)
         return self._call(torch.ops.ubep_ascend.dispatch, x_TH.contiguous(), topk_idx_TK.long().contiguous(),
                           topk_weights_TK.detach().float().contiguous(), self.windows.tensors,
                           self.windows.name, cfg.world_size, cfg.rank, cfg.num_experts,
@@ -121,21 +126,26 @@ class AscendBackend(Backend):
         cfg = self.config
         with self.timer.phase("dispatch: kernel"):
             recv_x, recv_w, tpe, rows, pair_w, pair_base, counts = self._dispatch_op(
-                x_TH, topk_idx_TK, topk_weights_TK)
+                x_TH, topk_idx_TK, topk_weights_TK, call_code("dispatch"))
         num_rows = (cfg.num_local_experts * cfg.expert_capacity if cfg.layout == "padded"
                     else int(tpe.sum()))
         routes = Routes(topk_idx_TK.long(), topk_weights_TK.detach().float(), rows, pair_w, pair_base, counts)
-        handle = Handle(cfg, x_TH.shape[0], topk_weights_TK, recv_w[:num_rows], tpe, num_rows, None, routes)
+        self.dispatches += 1
+        handle = Handle(cfg, x_TH.shape[0], topk_weights_TK, recv_w[:num_rows], tpe, num_rows, None, routes,
+                        self.dispatches)
         recv_weights = handle.row_weights.clone().view(handle.rows_shape())
         return recv_x[:num_rows].view(handle.rows_shape(cfg.hidden)), recv_weights, handle
 
     def dispatch_like(self, x_TH, handle):
         with self.timer.phase("dispatch: kernel"):
-            recv_x = self._dispatch_op(x_TH, handle.routes.topk_idx, handle.routes.topk_weights)[0]
+            recv_x = self._dispatch_op(x_TH, handle.routes.topk_idx, handle.routes.topk_weights,
+                                       call_code("dispatch_like", handle.call))[0]
         return recv_x[: handle.num_rows].view(handle.rows_shape(x_TH.shape[1]))
 
     def _combine_op(self, rows, handle: Handle, reduce: str, weighted: bool) -> torch.Tensor:
-        cfg, r, epoch = self.config, handle.routes, self._call_epoch()
+        code = (call_code("return_pair_values", handle.call) if reduce == "pairs"
+                else call_code("combine", handle.call, reduce, weighted))
+        cfg, r, epoch = self.config, handle.routes, self._call_epoch(code)
         return self._call(torch.ops.ubep_ascend.combine, rows.contiguous(), r.topk_idx, r.topk_weights,
                           r.recv_rows, r.recv_pair_weights, r.recv_pair_base, r.recv_counts,
                           self.windows.tensors, self.windows.name, cfg.world_size, cfg.rank, cfg.num_experts,

@@ -28,10 +28,10 @@ import torch
 import torch.distributed as dist
 
 from ubep.backends.ascend_library import load_ops
-from ubep.backends.base import EPCommError
+from ubep.backends.base import CALL_BITS, EPCommError
 from ubep.config import EPConfig
 
-MAX_EPOCH = 2**63 - 1  # the ops take int64
+MAX_EPOCH = 2**CALL_BITS - 1  # a group's call number, below the call's code in the ops' int64 epoch
 
 
 def window_bytes(cfg: EPConfig) -> int:
@@ -78,7 +78,8 @@ class GroupWindows:
 
     def next_epoch(self) -> int:
         if self.epoch >= MAX_EPOCH:
-            raise EPCommError("ubep: this group's windows carried 2^63 - 1 calls; make a new process group")
+            raise EPCommError(f"ubep: this group's windows carried 2**{CALL_BITS} - 1 calls; make a new "
+                              f"process group")
         self.epoch += 1
         return self.epoch
 

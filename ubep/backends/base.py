@@ -23,7 +23,40 @@ from ubep.profiling import PhaseTimer
 
 
 class EPCommError(RuntimeError):
-    """A collective did not complete: a peer failed, raised early, or did not arrive in time."""
+    """A collective did not complete: a peer failed, raised early, did not arrive in time, or called
+    another operation."""
+
+
+OPS = ("dispatch", "dispatch_like", "combine", "return_pair_values")
+REDUCE_CODES = {"source": 0, "expert_rank": 1}
+HANDLE_CALL_BITS = 17  # a handle's dispatch number, modulo 2**17, in a call code
+CALL_BITS = 40  # in the words kernels exchange, a call's number (epoch) below its code
+
+
+def call_code(op: str, handle_call: int = 0, reduce: str = "source", weighted: bool = False) -> int:
+    """What every rank must agree on for one call, as a 22-bit integer: the operation (bits 0-2,
+    its index in ``OPS`` plus one), ``reduce="expert_rank"`` (bit 3), ``weighted`` (bit 4) and the
+    number of the dispatch whose handle the call reuses (bits 5-21, modulo ``2**17``; 0 for a
+    dispatch). Backends that synchronize in their kernels carry it inside the words their ranks
+    exchange, so ranks that called different operations wait for words that never come and fail
+    with :class:`EPCommError` instead of computing.
+
+    Example: ``call_code("combine", 3, "expert_rank", True) == 3 | 8 | 16 | 3 << 5 == 123``.
+    """
+    handle = handle_call % (1 << HANDLE_CALL_BITS)
+    return (OPS.index(op) + 1) | REDUCE_CODES[reduce] << 3 | int(weighted) << 4 | handle << 5
+
+
+def describe_call(code: int) -> str:
+    """:func:`call_code` in words, e.g. ``combine(reduce='expert_rank', weighted=True) of dispatch 3``."""
+    op = OPS[(code & 7) - 1] if 1 <= code & 7 <= len(OPS) else f"operation {code & 7}"
+    handle = code >> 5
+    if op == "dispatch":
+        return op
+    if op == "combine":
+        reduce = next(r for r, c in REDUCE_CODES.items() if c == code >> 3 & 1)
+        op = f"combine(reduce={reduce!r}, weighted={bool(code >> 4 & 1)})"
+    return f"{op} of dispatch {handle}"
 
 
 @dataclass(frozen=True)
@@ -68,7 +101,9 @@ class Handle:
       (``sum(tokens_per_expert)`` in the compact layout, ``E_local * capacity`` in the padded one);
     - ``wire``: bytes this rank put on the wire, or ``None`` where counting them would cost a host
       synchronization the backend otherwise avoids;
-    - ``routes``: the backend's own record of where rows came from and go back to.
+    - ``routes``: the backend's own record of where rows came from and go back to;
+    - ``call``: the number of the dispatch that made it on this Buffer (1, 2, ...): calls that
+      reuse the handle name it in their :func:`call_code`.
     """
 
     config: EPConfig
@@ -79,6 +114,7 @@ class Handle:
     num_rows: int
     wire: WireStats | None
     routes: object
+    call: int = 0
 
     def rows_shape(self, *trailing: int) -> tuple[int, ...]:
         """Shape of a receive-side tensor in this handle's layout, e.g. ``rows_shape(H)``."""
@@ -98,6 +134,22 @@ class Backend(ABC):
         self.group = group
         self.device = device
         self.timer = PhaseTimer(device=device)
+        self.dispatches = 0  # dispatches so far: the next handle's ``call`` is this plus one
+        self.destroyed = False
+
+    def destroy(self) -> None:
+        """Wait for this rank's queued work and give back what the backend holds; later calls raise
+        (``ubep.Buffer.destroy``). Backends that hold device memory release it here (``release``),
+        unless a CUDA graph captured one of their calls (``ubep.backends.lifetime``)."""
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        self.destroyed = True
+        self.release()
+
+    def release(self) -> None:
+        """Drop what this backend holds: here its timer's samples (CUDA events on a GPU); backends
+        with device memory drop that too."""
+        self.timer.reset()
 
     @abstractmethod
     def dispatch(

@@ -6,21 +6,26 @@ token sends, then reorder, each a collective the next one waits for. This is the
 backends beat, and the definition they must equal bit for bit.
 
 Every collective waits at most ``config.timeout_s`` and then raises :class:`EPCommError` naming the
-rank and the phase, so a peer that failed before communicating never leaves this rank hanging.
+rank and the phase, so a peer that failed before communicating never leaves this rank hanging. Every
+operation opens with the same collective, an all-gather of ``HEADER`` words plus the dispatch's
+count row (zeros in the others): each rank's call number and call code (``base.call_code``), so
+ranks that called different operations, or combine different handles, all raise
+:class:`EPCommError` before any exchange whose sizes depend on the call.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from ubep import layout
-from ubep.backends.base import Backend, EPCommError, Handle, WireStats
+from ubep.backends import collectives
+from ubep.backends.base import Backend, EPCommError, Handle, WireStats, call_code, describe_call
 from ubep.reduce import ordered_sum
+
+HEADER = 2  # words before the counts in every operation's first all-gather: call number, call code
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,35 +56,28 @@ class ReferenceBackend(Backend):
 
     # -- collectives with a deadline -------------------------------------------------------------
 
-    def _run(self, phase: str, start) -> None:
-        """Start a collective with ``start()`` (returns a ``dist.Work``) and wait for it.
-
-        On CPU the process group's own timed wait is used. On a device it is not: NCCL's timed
-        wait sleeps in millisecond steps, which would dominate every call, so this polls the
-        work's completion instead and then orders the current stream after it.
-        """
-        deadline = time.monotonic() + self.config.timeout_s
-        try:
-            work = start()
-            if self.device.type == "cpu":
-                work.wait(timeout=timedelta(seconds=self.config.timeout_s))
-                return
-            while not work.is_completed():
-                if time.monotonic() > deadline:
-                    raise TimeoutError("no completion")
-                time.sleep(0)
-            work.wait()
-        except Exception as err:  # process groups raise RuntimeError subclasses, varying by backend
-            raise EPCommError(
-                f"ubep rank {self.config.rank}: phase '{phase}' did not complete within "
-                f"{self.config.timeout_s:g} s ({err}); a peer may have failed or rejected its "
-                f"input before communicating"
-            ) from err
-
     def _all_gather(self, t: torch.Tensor, phase: str) -> torch.Tensor:
-        parts = [torch.empty_like(t) for _ in range(self.config.world_size)]
-        self._run(phase, lambda: dist.all_gather(parts, t, group=self.group, async_op=True))
-        return torch.stack(parts)
+        return collectives.all_gather(t, self.group, phase=phase, rank=self.config.rank,
+                                      timeout_s=self.config.timeout_s)
+
+    def _open_call(self, code: int, phase: str, counts: torch.Tensor | None = None) -> torch.Tensor:
+        """The operation's first collective: every rank's ``[call number, code, counts...]``
+        (``counts``: the dispatch's ``E + W`` count row; zeros in the other operations). Raises
+        :class:`EPCommError` on every rank if their calls differ; returns the ``[W, E + W]`` counts."""
+        cfg = self.config
+        self.calls += 1
+        row = torch.zeros(HEADER + cfg.num_experts + cfg.world_size, dtype=torch.int64,
+                          device=self.device)
+        row[0], row[1] = self.calls, code
+        if counts is not None:
+            row[HEADER:] = counts
+        gathered = self._all_gather(row, phase)
+        calls = gathered[:, :HEADER].tolist()
+        if any(c != calls[0] for c in calls):
+            seen = "; ".join(f"rank {r}: call {n}, {describe_call(c)}" for r, (n, c) in enumerate(calls))
+            raise EPCommError(f"ubep rank {cfg.rank}: the ranks called different operations ({seen}); "
+                              f"every rank must run the same calls in the same order")
+        return gathered[:, HEADER:]
 
     def _all_to_all(
         self, send: torch.Tensor, send_counts: tuple[int, ...], recv_counts: tuple[int, ...],
@@ -87,17 +85,22 @@ class ReferenceBackend(Backend):
     ) -> torch.Tensor:
         """Rows of ``send`` grouped by destination rank -> rows grouped by source rank."""
         recv = send.new_empty((sum(recv_counts), *send.shape[1:]))
-        self._run(phase, lambda: dist.all_to_all_single(
-            recv, send.contiguous(), list(recv_counts), list(send_counts),
-            group=self.group, async_op=True,
-        ))
+        send = send.contiguous()
+        collectives.run_with_deadline(
+            lambda: dist.all_to_all_single(recv, send, list(recv_counts), list(send_counts),
+                                           group=self.group, async_op=True),
+            phase=phase, rank=self.config.rank, timeout_s=self.config.timeout_s, device=self.device)
         return recv
 
     # -- dispatch --------------------------------------------------------------------------------
 
+    def __init__(self, config, group, device):
+        super().__init__(config, group, device)
+        self.calls = 0  # operations so far on this rank, every kind
+
     def dispatch(self, x_TH, topk_idx_TK, topk_weights_TK):
         handle = self._plan(x_TH, topk_idx_TK, topk_weights_TK)
-        recv_x = self.dispatch_like(x_TH, handle)
+        recv_x = self._send_tokens(x_TH, handle)
         return recv_x, handle.row_weights.clone().view(handle.rows_shape()), handle
 
     def _plan(self, x_TH, topk_idx_TK, topk_weights_TK) -> Handle:
@@ -107,9 +110,8 @@ class ReferenceBackend(Backend):
             counts_E = layout.expert_counts(topk_idx_TK, cfg.num_experts)
             mask_TW = layout.token_rank_mask(topk_idx_TK, cfg.num_local_experts, world)
             send_token_idx, send_rank_S, send_counts_W = layout.send_order(mask_TW)
-            gathered = self._all_gather(
-                torch.cat([counts_E, send_counts_W]), "dispatch: count exchange"
-            )
+            gathered = self._open_call(call_code("dispatch"), "dispatch: count exchange",
+                                       torch.cat([counts_E, send_counts_W]))
             count_matrix_WE = gathered[:, : cfg.num_experts]
             tokens_WW = gathered[:, cfg.num_experts :]
             pairs_WW = layout.pairs_between_ranks(count_matrix_WE)
@@ -147,10 +149,16 @@ class ReferenceBackend(Backend):
                             num_experts=cfg.num_experts)
         routes = Routes(send_token_idx, send_counts, return_slots, return_counts, recv_counts,
                         recv_rows, recv_pair_weights, recv_pair_counts)
+        self.dispatches += 1
         return Handle(cfg, x_TH.shape[0], topk_weights_TK, row_weights, tokens_per_expert, num_rows,
-                      wire, routes)
+                      wire, routes, self.dispatches)
 
     def dispatch_like(self, x_TH, handle):
+        self._open_call(call_code("dispatch_like", handle.call), "dispatch: call check")
+        return self._send_tokens(x_TH, handle)
+
+    def _send_tokens(self, x_TH, handle):
+        """The tokens along ``handle``'s routes, into their receive rows."""
         with self.timer.phase("dispatch: token send"):
             recv_NH = self._all_to_all(
                 x_TH[handle.routes.send_token_idx], handle.routes.send_counts, handle.routes.recv_counts,
@@ -166,6 +174,7 @@ class ReferenceBackend(Backend):
     # -- combine ---------------------------------------------------------------------------------
 
     def combine(self, expert_out, handle, reduce, weighted):
+        self._open_call(call_code("combine", handle.call, reduce, weighted), "combine: call check")
         hidden = expert_out.shape[-1]
         rows_RH = expert_out.reshape(handle.num_rows, hidden)
         valid_NK = handle.routes.recv_rows >= 0
@@ -209,6 +218,7 @@ class ReferenceBackend(Backend):
         return acc.to(expert_out.dtype)
 
     def return_pair_values(self, values_R, handle):
+        self._open_call(call_code("return_pair_values", handle.call), "combine: call check")
         valid_NK = handle.routes.recv_rows >= 0
         with self.timer.phase("combine: send"):
             back_P = self._all_to_all(

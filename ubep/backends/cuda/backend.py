@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.distributed as dist
 
-from ubep.backends.base import Backend, EPCommError, Handle
+from ubep.backends import lifetime
+from ubep.backends.base import CALL_BITS, Backend, EPCommError, Handle, call_code
 from ubep.backends.cuda import checksum, records, sync, wire
 from ubep.backends.cuda import combine_kernels as ck
 from ubep.backends.cuda import dispatch_kernels as dk
@@ -52,34 +53,28 @@ from ubep.topology import flat
 from ubep.tuning import DispatchShape, SplitCache, h200
 
 # Pairs a count program orders per step (``CHUNK``: a [CHUNK, CHUNK] comparison), in every call.
-# The dispatch is one kernel for all its groups, so this step sets every program's registers: 236
-# per thread with 128-pair steps, one program per SM; 64 with 32-pair steps, four per SM (ptxas,
-# sm_90, W = 1; BENCHMARKS.md, session 24). Calls of at most PREFIX_PAIRS pairs (decode), whose count
-# programs never wait for one another, have one count program per step: W = 1, 128 tokens of top-8
-# (H200, session 22), count group done at 4.2 µs instead of 6.0 with one program per 128 pairs,
-# padded dispatch graph queued 18.4 / 19.7 µs instead of 19.1 / 21.5 (sw / tff). In larger calls
-# 32-pair steps let the token senders run beside the count programs instead of after them: at 4096
-# tokens the compact writers' launch ended with its token group at 39 µs instead of 65, at 16384
-# at 142 instead of 190 (session 23).
+# The dispatch is one kernel for all its groups, so this step sets every program's registers: 64 per
+# thread with 32-pair steps, four programs per SM, against 236 and one with 128-pair steps (ptxas,
+# sm_90). The token senders then run beside the count programs instead of after them (W = 1, 4096
+# tokens: the compact writers' launch done at 39 µs instead of 65; H200, docs/BENCHMARKS.md). Calls
+# of at most PREFIX_PAIRS pairs (decode), whose count programs never wait for one another, have one
+# count program per step: the count group ends sooner with more, shorter programs.
 COUNT_STEP = 32
 # Larger calls, whose count programs wait for the rows of the lower ones, take as many as the cost
 # model's count term is least with (``ubep.tuning.best_count``: each program orders its share of the
-# pairs, then adds the rows of all before it), at most MAX_COUNT. W = 1, compact layout, no budget
-# (session 37): 128 pairs a program ended the 4096-token count group at 38.5 µs, 256 at 30.3 (the
-# model: 99 programs, 331 pairs); at 1024 tokens 13.1 against 14.0 (the model: 50, 164 pairs).
-# A count program whose range starts within this many pairs counts those before it itself, in one
+# pairs, then adds the rows of all before it), at most MAX_COUNT (W = 1, 4096 tokens: count group
+# done at 30.3 µs against 38.5 with 128 pairs a program; H200, docs/BENCHMARKS.md).
+# A count program whose range starts within PREFIX_PAIRS pairs counts those before it itself, in one
 # load, instead of waiting for the rows of the programs that hold them (256 tokens of top-8). That
 # load and its histogram are only as wide as the call's pairs (a power of 2, so one kernel variant
-# per power): 2048 wide in every call, they kept a 16-token call's count group 1 µs longer (W = 1,
-# H200: count group done at 3.5 µs against 2.5, padded dispatch queued 12.8-13.0 / 13.8-14.2 µs
-# against 11.9 / 12.8-12.9 in sw / tff; 128 tokens 0.5-0.8 µs faster; BENCHMARKS.md, session 32).
+# per power): 2048 wide in every call, they keep a 16-token call's count group about 1 µs longer
+# (W = 1, H200, docs/BENCHMARKS.md).
 PREFIX_PAIRS = 2048
-# Registers per thread the combine kernel may use, by sync mode. Left to itself, ptxas gave the `sw`
-# kernel 85 and kept fewer of a reducer's row loads in flight; allowed 128 it took 108, and its
-# reducers under 24 SMs at 4096 tokens finished in 603-609 µs instead of 1076 (W = 1, H200). The
-# tff kernel takes 222 left to itself (one program per SM); at 128 it keeps 16 bytes on the stack
-# and two programs fit: its 4096-token source combine took 483 µs instead of 643. The sp kernel
-# (245) spills hundreds of bytes at 128: left alone.
+# Registers per thread the combine kernel may use, by sync mode: enough for a reducer to keep its
+# row loads in flight, few enough for two programs per SM. Left to itself ptxas gives the `sw`
+# kernel 85 and fewer loads in flight, the `tff` kernel 222 (one program per SM; at 128 it keeps 16
+# bytes on the stack). W = 1, 4096 tokens: `sw` reducers under 24 SMs done in 603-609 µs instead of
+# 1076 (H200, docs/BENCHMARKS.md). The sp kernel (245) would spill hundreds of bytes at 128.
 COMBINE_REGISTERS = {"sw": 128, "tff": 128}
 # Programs per group: lower ids are scheduled first and never wait on higher ones, so a grid larger
 # than the GPU holds at once still completes.
@@ -154,6 +149,7 @@ class CudaBackend(Backend):
             "ack": ((w,), i64), "rec": ((2, w, 2), i64),
             "back": ((2, self.rows_max, nb * be), self.int_view),
             "back_sig": ((2, w), i64), "back_ack": ((w,), i64), "back_rec": ((2, w, 2), i64),
+            "intent": ((2, w), i64), "back_intent": ((2, w), i64),
         }
         self.sym = {name: SymmetricBuffer(shape, dtype, group, device)
                     for name, (shape, dtype) in shapes.items()}
@@ -186,14 +182,14 @@ class CudaBackend(Backend):
         self.host_tpe = torch.zeros(el + 1, dtype=i64, pin_memory=device.type == "cuda")
         self.host_rows = ctypes.c_int64.from_address(self.host_tpe.data_ptr() + 8 * el)
         self.sized = torch.cuda.Event() if device.type == "cuda" else None  # recorded per dispatch
-        # Lanes of the per-token pair vectors. At least 2: with one lane (W = 1, K = 1) the tff
-        # combine summed nothing for 16-bit rows on an H200 (y all zeros, measured). Likely the tile
-        # split over warps that MIN_TILE_BLOCKS removes; kept until a GPU run shows one lane right.
+        # Lanes of the per-token pair vectors, at least 2: with one lane (W = 1, K = 1) the tff
+        # combine returned zeros for 16-bit rows on an H200, likely through a tile split over warps,
+        # which MIN_TILE_BLOCKS prevents; 2 until a GPU run shows one lane right (docs/BENCHMARKS.md).
         self.k_block = pow2_at_least(max(k, w, 2))
         # Under an SM budget the compact layout (prefill, training) gives its sending and receiving
         # groups launches of their own, each with the whole budget: its dispatch synchronizes the
         # host between them anyway, and every group then has every SM (W = 1, 4096 tokens, 24 SMs:
-        # dispatch 861-887 against 1502-1677 µs in sw, combine 1.3-1.9x faster; BENCHMARKS.md).
+        # sw dispatch 861-887 µs against 1502-1677; H200, docs/BENCHMARKS.md).
         # The padded layout (decode, CUDA graphs) keeps one launch: receivers take half of what the
         # verifiers leave, the senders share the rest.
         budget = cfg.num_sms
@@ -224,30 +220,58 @@ class CudaBackend(Backend):
         self.launch_dispatch = Launcher(
             dk.dispatch, stage_ptrs=sym["stage"].ptrs, route_ptrs=sym["route"].ptrs,
             count_ptrs=sym["count"].ptrs, sig_ptrs=sym["sig"].ptrs, ack_ptrs=sym["ack"].ptrs,
-            rec_ptrs=sym["rec"].ptrs, state_ptr=self.dispatch_state, hist_ptr=self.count_hist,
+            rec_ptrs=sym["rec"].ptrs, intent_ptrs=sym["intent"].ptrs, state_ptr=self.dispatch_state,
+            hist_ptr=self.count_hist,
             flags_ptr=self.count_flags, rank=cfg.rank, tokens_max=tm,
             capacity=cfg.expert_capacity if cfg.layout == "padded" else 0,
             err_addr=self.error_block.data_ptr())
         self.launch_combine = Launcher(
             ck.combine, back_ptrs=sym["back"].ptrs, sig_ptrs=sym["back_sig"].ptrs,
             ack_ptrs=sym["back_ack"].ptrs, rec_ptrs=sym["back_rec"].ptrs,
-            state_ptr=self.combine_state, rank=cfg.rank, tokens_max=tm, rows_max=self.rows_max,
-            err_addr=self.error_block.data_ptr())
+            intent_ptrs=sym["back_intent"].ptrs, state_ptr=self.combine_state, rank=cfg.rank,
+            tokens_max=tm, rows_max=self.rows_max, err_addr=self.error_block.data_ptr())
         self._constants: dict[tuple, Constants] = {}  # per launch variant, built once each
 
     # -- errors -----------------------------------------------------------------------------------
 
     def _check_errors(self) -> None:
-        code, peer, epoch = self.errors.tolist()
+        """Raises ``EPCommError`` for a wait of this Buffer that timed out, or of a destroyed Buffer's
+        call replayed by a CUDA graph (``lifetime``); else notes whether this call is being
+        captured in a graph. Every operation starts here."""
+        code, peer, tag = self.errors.tolist()
         if code:
-            raise EPCommError(
-                f"ubep rank {self.config.rank}: phase '{sync.PHASES[code]}' (call {epoch}, waiting on "
-                f"rank {peer}) did not complete within {self.config.timeout_s} s; this Buffer's device "
-                f"state is no longer consistent, create a new one")
+            raise EPCommError(f"ubep rank {self.config.rank}: {_timed_out(code, peer, tag, self.config)}; "
+                              f"this Buffer's device state is no longer consistent, create a new one")
+        for gone in lifetime.destroyed_for_graphs():
+            code, peer, tag = gone.errors.tolist()
+            if code:
+                gone.errors.zero_()
+                cfg = gone.config
+                raise EPCommError(f"ubep rank {cfg.rank}: a CUDA graph replayed a call of a destroyed "
+                                  f"Buffer (hidden={cfg.hidden}, num_experts={cfg.num_experts}, "
+                                  f"layout={cfg.layout!r}), and {_timed_out(code, peer, tag, cfg)}")
+        if self.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            lifetime.keep_for_graphs(self)
 
     def synchronize(self) -> None:
         super().synchronize()
         self._check_errors()
+
+    def destroy(self) -> None:
+        """Every queued call done, then the device memory given back, but where a CUDA graph
+        captured a call of this Buffer (``lifetime``: kept until ``ubep.release_graph_memory``)."""
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+        self.destroyed = True
+        if not lifetime.held_for_graphs(self):
+            self.release()
+
+    def release(self) -> None:
+        """Drop every reference to the device memory and pinned words this backend holds; torch
+        frees them (symmetric memory after a device synchronization of its own)."""
+        super().release()
+        for name in _DEVICE_STATE:
+            setattr(self, name, None)
 
     def _received_rows(self) -> int:
         """The compact output's rows, once the sizing launch (``sized``: an event recorded after it;
@@ -382,7 +406,7 @@ class CudaBackend(Backend):
 
     def _reducer_parts(self) -> int:
         """Combine reducers that may share a token: ``RECV_PARTS``, but in ``sp``, whose reducers
-        take whole tokens (sharing cost its kernel registers: see ``RECV_PARTS``)."""
+        take whole tokens (sharing costs its kernel registers: see ``RECV_PARTS``)."""
         return 1 if self.config.sync == "sp" else RECV_PARTS
 
     def _widest(self, workers: Workers, writers_extra: int) -> int:
@@ -402,7 +426,10 @@ class CudaBackend(Backend):
         return self._widest(self._combine_workers(num_tokens), 0)
 
     def _dispatch_launch(self, workers: Workers, x_bits, idx, weights, sent, out_bits, out_w, recv_w,
-                         rows, pair_w, tpe, *, like: bool, replicate: bool, final: bool) -> None:
+                         rows, pair_w, tpe, *, like: bool, replicate: bool, final: bool,
+                         handle_call: int = 0) -> None:
+        """One launch of the dispatch kernel; ``like``: of ``dispatch_like``, along the routes of
+        the handle of dispatch number ``handle_call``."""
         cfg = self.config
         num_tokens = x_bits.shape[0]
         meta = row_meta(cfg.sync, cfg.hidden, cfg.dtype.itemsize, num_tokens)
@@ -423,7 +450,8 @@ class CudaBackend(Backend):
             self._stamps("dispatch", (workers.count, workers.send, workers.verify, workers.recv),
                          final), sent,
             out_bits, out_w, recv_w, rows, pair_w, tpe, self.timeout_ns, workers.count, workers.send,
-            workers.recv, writers, constants=constants)
+            workers.recv, writers, call_code("dispatch_like" if like else "dispatch", handle_call),
+            constants=constants)
 
     def _dispatch_constants(self, meta: dict, like, replicate, final, verify, split, verify_tokens,
                             profile, chunk, prefix, counts_first, rows, recv_rows,
@@ -441,22 +469,26 @@ class CudaBackend(Backend):
             VERIFY_STEP=verify_tokens, FINAL=final, PROFILE=profile, COUNTS_FIRST=counts_first,
             ROWS=rows, RECV_ROWS=recv_rows, RECV_PARTS=parts, **meta)
 
-    def _combine_launches(self, rows_RF, routes: Routes, num_tokens, source_w, y, *, partial: bool,
+    def _combine_launches(self, rows_RF, handle: Handle, source_w, y, *, partial: bool,
                           weighted: bool, gather: bool):
-        """The combine kernel: one launch, or (``phased``, ``split_launches``) the senders,
-        ``yield``, the reducers."""
-        workers = self._combine_workers(num_tokens)
+        """The combine kernel along ``handle``'s routes: one launch, or (``phased``,
+        ``split_launches``) the senders, ``yield``, the reducers. ``gather``: of
+        ``return_pair_values``."""
+        workers = self._combine_workers(handle.num_tokens)
+        code = (call_code("return_pair_values", handle.call) if gather else
+                call_code("combine", handle.call, "expert_rank" if partial else "source", weighted))
+        args = (rows_RF, handle.routes, handle.num_tokens, source_w, y)
         if self.phased or self.split_launches:
-            self._combine_launch(replace(workers, recv=0, verify=0), rows_RF, routes, num_tokens,
-                                 source_w, y, partial=partial, weighted=weighted, gather=gather,
-                                 final=False)
+            self._combine_launch(replace(workers, recv=0, verify=0), *args, code, partial=partial,
+                                 weighted=weighted, gather=gather, final=False)
             yield
             workers = replace(workers, send=0)
-        self._combine_launch(workers, rows_RF, routes, num_tokens, source_w, y, partial=partial,
-                             weighted=weighted, gather=gather, final=True)
+        self._combine_launch(workers, *args, code, partial=partial, weighted=weighted, gather=gather,
+                             final=True)
 
-    def _combine_launch(self, workers: Workers, rows_RF, routes: Routes, num_tokens, source_w, y, *,
-                        partial: bool, weighted: bool, gather: bool, final: bool) -> None:
+    def _combine_launch(self, workers: Workers, rows_RF, routes: Routes, num_tokens, source_w, y,
+                        code: int, *, partial: bool, weighted: bool, gather: bool,
+                        final: bool) -> None:
         cfg = self.config
         elem = rows_RF.element_size()
         meta = row_meta(cfg.sync, rows_RF.shape[1], elem, num_tokens)
@@ -475,7 +507,7 @@ class CudaBackend(Backend):
             workers.total, rows_RF, rows_RF.view(INT_VIEW[elem]), routes.rows_WMK,
             routes.weights_WMK, routes.idx_P, source_w, routes.sent_WT, num_tokens,
             self._stamps("combine", (workers.send, workers.verify, workers.recv), final), y,
-            self.timeout_ns, workers.send, workers.recv, constants=constants)
+            self.timeout_ns, workers.send, workers.recv, code, constants=constants)
 
     def _combine_constants(self, meta: dict, partial, weighted, gather, verify, split,
                            verify_tokens, final, profile, shared) -> Constants:
@@ -553,7 +585,9 @@ class CudaBackend(Backend):
                 self._dispatch_launch(receivers, *common, out.view(self.int_view), row_weights, recv_w,
                                       rows, pair_w, tpe, like=False, replicate=True, final=True)
         routes = Routes(idx, sent, rows, pair_w)
-        handle = Handle(cfg, num_tokens, topk_weights_TK, row_weights, tpe, num_rows, None, routes)
+        self.dispatches += 1
+        handle = Handle(cfg, num_tokens, topk_weights_TK, row_weights, tpe, num_rows, None, routes,
+                        self.dispatches)
         return out.view(handle.rows_shape(hidden)), recv_w.view(handle.rows_shape()), handle
 
     def dispatch_like(self, x_TH, handle):
@@ -573,10 +607,11 @@ class CudaBackend(Backend):
         with self.timer.phase("dispatch"):
             if self.phased or self.split_launches:
                 self._dispatch_launch(replace(workers, recv=0, verify=0), *args, like=True,
-                                      replicate=False, final=False)
+                                      replicate=False, final=False, handle_call=handle.call)
                 yield
                 workers = replace(workers, send=0)
-            self._dispatch_launch(workers, *args, like=True, replicate=True, final=True)
+            self._dispatch_launch(workers, *args, like=True, replicate=True, final=True,
+                                  handle_call=handle.call)
         return out.view(handle.rows_shape(hidden))
 
     # -- combine ----------------------------------------------------------------------------------
@@ -591,7 +626,7 @@ class CudaBackend(Backend):
         y = expert_out.new_empty(num_tokens, hidden)
         source_w = handle.topk_weights.detach().float().contiguous()
         with self.timer.phase("combine"):
-            yield from self._combine_launches(rows_RH, handle.routes, num_tokens, source_w, y,
+            yield from self._combine_launches(rows_RH, handle, source_w, y,
                                               partial=reduce == "expert_rank", weighted=weighted,
                                               gather=False)
         return y
@@ -604,9 +639,23 @@ class CudaBackend(Backend):
         k, num_tokens, routes = self.config.top_k, handle.num_tokens, handle.routes
         values = values_R.float().reshape(-1, 1).contiguous()
         y = torch.empty(num_tokens, k, 1, dtype=torch.float32, device=self.device)
-        yield from self._combine_launches(values, routes, num_tokens, values, y, partial=False,
+        yield from self._combine_launches(values, handle, values, y, partial=False,
                                           weighted=False, gather=True)
         return torch.where(routes.idx_P.view(num_tokens, k) >= 0, y.view(num_tokens, k), 0.0)
+
+
+# What ``release`` drops: every attribute that holds device memory or a pinned word, or a launcher
+# bound to them.
+_DEVICE_STATE = ("sym", "launch_dispatch", "launch_combine", "dispatch_state", "combine_state",
+                 "count_hist", "count_flags", "no_stamps", "errors", "error_block", "host_tpe",
+                 "host_rows", "sized", "last_launches", "_first_launch")
+
+
+def _timed_out(code: int, peer: int, tag: int, cfg: EPConfig) -> str:
+    """A timed-out wait reported in an error word, in words (its epoch is the call number)."""
+    return (f"phase '{sync.PHASES[code]}' (call {tag & ((1 << CALL_BITS) - 1)}, waiting on rank "
+            f"{peer}) timed out after {cfg.timeout_s:g} s: the peer is late, failed, or called "
+            f"another operation")
 
 
 def _finish(steps):

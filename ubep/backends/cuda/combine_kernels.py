@@ -82,8 +82,8 @@ def _send_item(i, out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, back_ptrs, rank, 
                     row = lane(rows, ks, k)
                     if CB <= BRANCHLESS_BLOCKS:
                         # Masked loads, no branch per pair: the token's rows load in one run of
-                        # code, so the compiler issues them before the sums need them (24-SM
-                        # graph replays 27-36 % faster at 8 KiB tiles; 16 KiB ones got slower).
+                        # code, so the compiler issues them before the sums need them; this pays
+                        # at 8 KiB tiles, not at 16 KiB (docs/BENCHMARKS.md).
                         o = tl.load(out_ptr + tl.maximum(row, 0) * HIDDEN + p_off,
                                     mask=is_payload & (row >= 0), other=0.0).to(tl.float32)
                         if WEIGHTED:
@@ -161,8 +161,9 @@ def _reduce_token(t, part, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_pt
     ``RCB`` blocks of every row per step: the step's chunks of ``R_BLOCK`` rows at a time are
     taken as one tile (their loads in flight together, each row checked), then each row's chunk
     is picked out of the tile in registers and summed in ascending order. Waiting for each row
-    before loading the next cost one load latency per row; loading them again after the wait read
-    every row twice; a tile of 16 rows (top-16) spilled the ``tff`` kernel (``REDUCE_ROWS``).
+    before loading the next would cost one load latency per row, loading them again after the wait
+    would read every row twice; ``tff`` takes at most ``REDUCE_ROWS`` rows at once (a tile of 16
+    spills).
     ``deadline`` (ns) ends every row wait of the reducer's tokens. Part ``part`` of ``PARTS``
     takes steps ``part, part + PARTS, ..`` (several reducers share a token)."""
     kr = tl.arange(0, R_BLOCK)
@@ -170,9 +171,9 @@ def _reduce_token(t, part, back_local, rec_local, idx_ptr, w_ptr, sent_ptr, y_pt
     dt: tl.constexpr = y_ptr.dtype.element_ty
     num: tl.constexpr = WORLD if PARTIAL else TOP_K
     us = tl.arange(0, R_BLOCK)[:, None, None]
-    # one group (most calls): its rows once per token, a reload per step made 4096-token source
-    # combines 6-19 % slower; several: each group's per step, holding the first group's across the
-    # steps put 296 bytes on the stack where reloading it put 24
+    # one group (most calls): its rows loaded once per token, not per step (6-19 % off 4096-token
+    # source combines; H200, docs/BENCHMARKS.md); several: each group's per step, as holding the
+    # first group's across the steps spills
     one: tl.constexpr = num <= R_BLOCK
     if one:
         valid0, slots0, peers0, weights0, slot_at0 = _row_group(t, 0, idx_ptr, w_ptr, sent_ptr,
@@ -242,9 +243,9 @@ def _verify_role(p, v, out_bits_ptr, idx_ptr, sent_ptr, num_tokens, back_ptrs, r
 
 @triton.jit
 def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs, sig_ptrs,
-                 rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch, tokens_max, rows_max,
-                 timeout_ns, err_addr, n_recv, WORLD: tl.constexpr, W_BLOCK: tl.constexpr,
-                 E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, R_BLOCK: tl.constexpr,
+                 rec_ptrs, intent_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch,
+                 tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD: tl.constexpr,
+                 W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, R_BLOCK: tl.constexpr,
                  HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
                  NB_BLOCK: tl.constexpr, RCB: tl.constexpr, RECV_PARTS: tl.constexpr,
                  MODE: tl.constexpr, SENTINEL: tl.constexpr, PARTIAL: tl.constexpr,
@@ -256,6 +257,9 @@ def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptr
         sig_local = symmetric_base(sig_ptrs, rank, tl.int64)
         sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, WORLD,
                          W_BLOCK)
+    if MODE == SP:  # sp rows carry no epoch: the sources' intents say which call sent them
+        sync.wait_record(symmetric_base(intent_ptrs, rank, tl.int64), slot, epoch, timeout_ns,
+                         err_addr, sync.WAIT_ROWS, WORLD, W_BLOCK)
     if VERIFY:
         records.wait_verified(state_ptr, epoch, timeout_ns, err_addr, sync.WAIT_ROWS, WORLD, W_BLOCK)
     sync.stamp(stamps_ptr, pid, 1, PROFILE)
@@ -275,10 +279,11 @@ def _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptr
     sync.stamp(stamps_ptr, pid, 2, PROFILE)
 
 
-@triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "rows_max", "n_send", "n_recv"])
+@triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "rows_max", "n_send", "n_recv",
+                              "code"])
 def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens,
-            back_ptrs, sig_ptrs, ack_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, rank, tokens_max,
-            rows_max, timeout_ns, err_addr, n_send, n_recv, WORLD: tl.constexpr,
+            back_ptrs, sig_ptrs, ack_ptrs, rec_ptrs, intent_ptrs, state_ptr, stamps_ptr, y_ptr, rank,
+            tokens_max, rows_max, timeout_ns, err_addr, n_send, n_recv, code, WORLD: tl.constexpr,
             W_BLOCK: tl.constexpr, E_LOCAL: tl.constexpr, TOP_K: tl.constexpr, K_BLOCK: tl.constexpr,
             HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr, NB: tl.constexpr,
             NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr, R_BLOCK: tl.constexpr,
@@ -301,20 +306,25 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
     ``y [T, H]`` (``GATHER``: ``[T, K, H]``). ``WEIGHTED``: the senders weight their partial sums;
     ``SUM_WEIGHTED``: the source weights each pair's row. ``K_BLOCK >= max(K, W)``. Symmetric
     ``back [2, rows_max, NB * BE]`` (out's integer type), ``sig [2, W]``, ``ack [W]``, ``rec [2, W, 2]``
-    (the records of ``sw``, and of ``dc`` / ``sp``: ``records``); ``state [records.state_words(W, SPLIT)]``:
+    (the records of ``sw``, and of ``dc`` / ``sp``: ``records``), ``intent [2, W]`` (``sp``: each
+    source's call tag for the rows it puts in the slot, ``sync.publish_intent``); ``code``: the
+    call's ``ubep.backends.base.call_code`` (``sync.call_tag``); ``state [records.state_words(W, SPLIT)]``:
     this buffer set's epoch words, counters and record sums; ``stamps [programs, 4]`` int64
     (``PROFILE``). ``SENTINEL``: ``sp``'s marker word.
     """
     pid = tl.program_id(0)
-    epoch = sync.call_epoch(state_ptr, pid)
-    slot = epoch & 1
+    call = sync.call_epoch(state_ptr, pid)
+    slot = call & 1
+    epoch = sync.call_tag(call, code)  # what this call's flags and records carry
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
     if pid == tl.num_programs(0) - 1:  # the last program, off the senders' path (as in dispatch)
-        sync.publish_ack(ack_ptrs, rank, epoch, WORLD, W_BLOCK)
+        sync.publish_ack(ack_ptrs, rank, call, WORLD, W_BLOCK)
     if pid < n_send:
         ack_local = symmetric_base(ack_ptrs, rank, tl.int64)
-        sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT,
+        sync.wait_acks(ack_local, call, timeout_ns, err_addr, sync.WAIT_COMBINE_SLOT,
                        WORLD, W_BLOCK)
+        if MODE == SP and pid == 0:  # the slot is free: say which call fills it
+            sync.publish_intent(intent_ptrs, slot, rank, epoch, WORLD, W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
         acc_a = tl.zeros([W_BLOCK], dtype=tl.uint32)
         acc_b = tl.zeros([W_BLOCK], dtype=tl.uint32)
@@ -342,14 +352,14 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
                              BE, NB, NB_BLOCK, SPLIT, VERIFY_STEP, PARTIAL, PROFILE)
             else:
                 _reduce_role(j - WORLD * SPLIT, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens,
-                             back_ptrs, sig_ptrs, rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid,
+                             back_ptrs, sig_ptrs, rec_ptrs, intent_ptrs, state_ptr, stamps_ptr, y_ptr, pid,
                              rank, slot, epoch, tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD,
                              W_BLOCK, E_LOCAL, TOP_K, R_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, RCB,
                              RECV_PARTS, MODE, SENTINEL, PARTIAL, SUM_WEIGHTED, GATHER, VERIFY,
                              PROFILE)
         else:
             _reduce_role(j, out_bits_ptr, idx_ptr, w_ptr, sent_ptr, num_tokens, back_ptrs, sig_ptrs,
-                         rec_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch,
+                         rec_ptrs, intent_ptrs, state_ptr, stamps_ptr, y_ptr, pid, rank, slot, epoch,
                          tokens_max, rows_max, timeout_ns, err_addr, n_recv, WORLD, W_BLOCK, E_LOCAL,
                          TOP_K, R_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, RCB, RECV_PARTS, MODE, SENTINEL,
                          PARTIAL, SUM_WEIGHTED, GATHER, VERIFY, PROFILE)
@@ -357,5 +367,5 @@ def combine(out_ptr, out_bits_ptr, rows_ptr, pair_w_ptr, idx_ptr, w_ptr, sent_pt
         grid = n_send + n_recv
         if VERIFY:
             grid += WORLD * SPLIT
-        sync.end_call(state_ptr, pid, grid, epoch)
+        sync.end_call(state_ptr, pid, grid, call)
     sync.stamp(stamps_ptr, pid, 3, PROFILE)

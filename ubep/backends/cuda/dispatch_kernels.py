@@ -145,8 +145,8 @@ def _zero_padding(out_w_ptr, recv_w_ptr, count_local, slot, j, n_recv, capacity,
     The ``E_LOCAL * capacity`` entries go in spans of ``PAD_STEP``, span ``n_recv - 1 - j`` and
     every ``n_recv``-th after it to receiver ``j``: the last receivers, whose items a small call
     leaves empty, take them first, and no receiver walks expert by expert (a 16-token buffer's 32
-    receivers took 8 experts each: BENCHMARKS.md, session 31). Each entry's count is loaded (the
-    counts have arrived; a gather from the receiver's ``[L_BLOCK]`` row totals spilled in ``sp``).
+    receivers would take 8 experts each). Each entry's count is loaded (the counts have arrived; a
+    gather from the receiver's ``[L_BLOCK]`` row totals spills in ``sp``).
     In the kernel, not a memset before it: a CUDA graph of a decode dispatch then holds one
     kernel."""
     offs = tl.arange(0, PAD_STEP)
@@ -289,8 +289,8 @@ def _verify_role(s, v, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_
 
 
 @triton.jit
-def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptrs, state_ptr,
-                  stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr,
+def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptrs, intent_ptrs,
+                  state_ptr, stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr,
                   pid, rank, slot, epoch, tokens_max, capacity, timeout_ns, err_addr, n_recv,
                   WORLD: tl.constexpr, E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr,
                   L_BLOCK: tl.constexpr,
@@ -307,6 +307,9 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_pt
     if RECORDS:
         sync.wait_record(sig_local, slot, epoch, timeout_ns, err_addr,
                          sync.WAIT_TOKENS if LIKE else sync.WAIT_COUNTS, WORLD, W_BLOCK)
+    elif MODE == SP:  # sp rows carry no epoch: the sources' intents say which call sent them
+        sync.wait_record(symmetric_base(intent_ptrs, rank, tl.int64), slot, epoch, timeout_ns,
+                         err_addr, sync.WAIT_TOKENS, WORLD, W_BLOCK)
     if VERIFY:
         records.wait_verified(state_ptr, epoch, timeout_ns, err_addr, sync.WAIT_TOKENS, WORLD, W_BLOCK)
     sync.stamp(stamps_ptr, pid, 1, PROFILE)
@@ -345,11 +348,11 @@ def _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_pt
 
 
 @triton.jit(do_not_specialize=["num_tokens", "rank", "tokens_max", "capacity", "n_count", "n_send",
-                              "n_recv", "n_writers"])
+                              "n_recv", "n_writers", "code"])
 def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, ack_ptrs,
-             rec_ptrs, state_ptr, hist_ptr, flags_ptr, stamps_ptr, sent_ptr, out_ptr,
+             rec_ptrs, intent_ptrs, state_ptr, hist_ptr, flags_ptr, stamps_ptr, sent_ptr, out_ptr,
              out_w_ptr, recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, rank, tokens_max, capacity,
-             timeout_ns, err_addr, n_count, n_send, n_recv, n_writers, WORLD: tl.constexpr,
+             timeout_ns, err_addr, n_count, n_send, n_recv, n_writers, code, WORLD: tl.constexpr,
              E_LOCAL: tl.constexpr, W_BLOCK: tl.constexpr, L_BLOCK: tl.constexpr, TOP_K: tl.constexpr,
              K_BLOCK: tl.constexpr, HIDDEN: tl.constexpr, BE: tl.constexpr, FE: tl.constexpr,
              NB: tl.constexpr, NB_BLOCK: tl.constexpr, CB: tl.constexpr, ROWS: tl.constexpr,
@@ -373,12 +376,15 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     program whose range starts within this many pairs counts the pairs before it itself
     (``counting``), in one load this wide (the call's pairs, in a power of 2). ``RECV_PARTS``:
     receivers per row (1, or 2 where there are at least twice as many receivers as items: each then
-    moves one item's part, ``_receive_rows``).
+    moves one item's part, ``_receive_rows``). ``code``: the call's ``ubep.backends.base.call_code``;
+    its route entries, flags and records carry ``sync.call_tag`` of the epoch and the code, so a
+    rank never takes the words of a peer that called another operation (both time out).
 
     ``x``: ``[T, H]`` viewed as integers; ``idx`` / ``w``: ``[T * K]`` int64 / fp32; symmetric
     buffers by their ``[W]`` base-address tables: ``stage [2, W, T_max, NB * BE]`` (x's integer type),
     ``route [2, W, T_max * K, 4]``, ``count [2, W, E_LOCAL + 1]``, ``sig [2, W]``,
-    ``ack [W]``, ``rec [2, W, 2]`` (int64); ``state [records.state_words(W, SPLIT)]``: this buffer set's
+    ``ack [W]``, ``rec [2, W, 2]``, ``intent [2, W]`` (int64; ``sp``: each source's tag for the
+    ``dispatch_like`` rows it puts in the slot); ``state [records.state_words(W, SPLIT)]``: this buffer set's
     epoch words, counters and record sums (``sync``, ``records``); ``hist [N_BLOCK, E_BLOCK]`` int32 /
     ``flags [N_BLOCK]`` int64: the count group's scratch (``counting``); ``stamps [programs, 4]`` int64
     (``PROFILE``).
@@ -387,17 +393,20 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
     fp32, -1 / 0 where a pair is not here), ``tpe [E_LOCAL]``.
     """
     pid = tl.program_id(0)
-    epoch = sync.call_epoch(state_ptr, pid)
-    slot = epoch & 1
+    call = sync.call_epoch(state_ptr, pid)
+    slot = call & 1
+    epoch = sync.call_tag(call, code)  # what this call's route entries, flags and records carry
     sync.stamp(stamps_ptr, pid, 0, PROFILE)
     if pid == tl.num_programs(0) - 1:
-        # the last program, off the count and token groups' path: in the last sender's, ptxas put
+        # the last program, off the count and token groups' path: in the last sender's, ptxas puts
         # the sw decode dispatch kernel 8 bytes on the stack
-        sync.publish_ack(ack_ptrs, rank, epoch, WORLD, W_BLOCK)
+        sync.publish_ack(ack_ptrs, rank, call, WORLD, W_BLOCK)
     if pid < n_count + n_send:
         ack_local = symmetric_base(ack_ptrs, rank, tl.int64)
-        sync.wait_acks(ack_local, epoch, timeout_ns, err_addr, sync.WAIT_DISPATCH_SLOT,
+        sync.wait_acks(ack_local, call, timeout_ns, err_addr, sync.WAIT_DISPATCH_SLOT,
                        WORLD, W_BLOCK)
+        if MODE == SP and LIKE and pid == n_count:  # the slot is free: say which call fills it
+            sync.publish_intent(intent_ptrs, slot, rank, epoch, WORLD, W_BLOCK)
         sync.stamp(stamps_ptr, pid, 1, PROFILE)
         if pid < n_count:
             count_role(pid, idx_ptr, w_ptr, num_tokens, route_ptrs, count_ptrs, hist_ptr, flags_ptr,
@@ -428,7 +437,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                              BE, NB, NB_BLOCK, SPLIT, VERIFY_STEP, LIKE, RECORDS, PROFILE)
             else:
                 _receive_role(j - WORLD * SPLIT, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs,
-                              rec_ptrs, state_ptr, stamps_ptr, out_ptr, out_w_ptr,
+                              rec_ptrs, intent_ptrs, state_ptr, stamps_ptr, out_ptr, out_w_ptr,
                               recv_w_ptr, rows_ptr, pair_w_ptr, tpe_ptr, pid, rank, slot, epoch,
                               tokens_max, capacity, timeout_ns, err_addr, n_recv, WORLD, E_LOCAL,
                               W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN, BE, FE, NB, NB_BLOCK, CB,
@@ -436,7 +445,7 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
                               PROFILE)
         else:
             _receive_role(j, x_ptr, stage_ptrs, route_ptrs, count_ptrs, sig_ptrs, rec_ptrs,
-                          state_ptr, stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr,
+                          intent_ptrs, state_ptr, stamps_ptr, out_ptr, out_w_ptr, recv_w_ptr, rows_ptr,
                           pair_w_ptr, tpe_ptr, pid, rank, slot, epoch, tokens_max, capacity, timeout_ns,
                           err_addr, n_recv, WORLD, E_LOCAL, W_BLOCK, L_BLOCK, TOP_K, K_BLOCK, HIDDEN,
                           BE, FE, NB, NB_BLOCK, CB, RECV_ROWS, RECV_PARTS, MODE, SENTINEL, LIKE, RECORDS,
@@ -445,5 +454,5 @@ def dispatch(x_ptr, idx_ptr, w_ptr, num_tokens, stage_ptrs, route_ptrs, count_pt
         grid = n_count + n_send + n_recv
         if VERIFY:
             grid += WORLD * SPLIT
-        sync.end_call(state_ptr, pid, grid, epoch)
+        sync.end_call(state_ptr, pid, grid, call)
     sync.stamp(stamps_ptr, pid, 3, PROFILE)

@@ -14,17 +14,17 @@ word through an acquire load:
 - the *record* ``sig[slot, source] = e``: every writer program of ``source`` (the count group, plus
   the senders in ``sw``) has stored its counts, routes (and rows). Writers count themselves on a
   local counter; the last one publishes the record on every peer (``publish_record``). One word per
-  source keeps the receivers' polls cheap; per-writer flags measured slower (each release waits for
-  the program's own remote stores, and the pollers had hundreds of words to read);
+  source keeps the receivers' polls cheap; per-writer flags would be slower (each release waits for
+  the program's own remote stores, and the pollers would have hundreds of words to read);
 - *acks* ``ack[peer]`` (in the sender's memory): the last call whose slot the peer has finished
   reading. A rank's launches run in stream order, so when call ``e`` starts every program of call
   ``e - 1`` has ended: the last program of each launch of call ``e`` stores ``e - 1`` on every
   peer with a release as it starts (``publish_ack``). The consuming programs themselves publish
   nothing: a counter and a release at the end of each would hold every one of them until its own
-  stores had drained (W = 1, 16 tokens: the last receiver ended 1.5 µs after its work). Once
-  ``ack[peer] >= e - 2`` the peer is done with call ``e - 2``, the last call that used the slot,
-  and a sender may write call ``e`` into it, whatever the order of calls. That is usually long
-  true (the peer has started call ``e - 1``), so the check is ``W`` local loads.
+  stores had drained. Once ``ack[peer] >= e - 2`` the peer is done with call ``e - 2``, the last
+  call that used the slot, and a sender may write call ``e`` into it, whatever the order of calls.
+  That is usually long true (the peer has started call ``e - 1``), so the check is ``W`` local
+  loads.
 
 Every wait reads ``%globaltimer`` and gives up after ``timeout_ns``: it writes ``(phase code, peer,
 epoch)`` into an error word in pinned host memory, which the host checks without synchronizing
@@ -41,9 +41,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ubep.backends import base
 from ubep.backends.cuda.kernels import INTERPRETED
 
 MAX_PROGRAMS = 1024  # epoch words per buffer set: the largest grid of one launch
+CALL_BITS = tl.constexpr(base.CALL_BITS)  # a call's epoch below its code in its words (call_tag)
 STATE_WORDS = MAX_PROGRAMS + 1  # the epoch words, then the writers' counter
 
 PHASES = {
@@ -157,6 +159,15 @@ def call_epoch(state_ptr, pid):
 
 
 @triton.jit
+def call_tag(epoch, code):
+    """What a call's route entries, flags and records carry: its ``epoch`` with its ``code``
+    (``ubep.backends.base.call_code``: the operation, reduction, weighting and handle) above bit
+    ``CALL_BITS``. Ranks that called different operations then wait for words that never come and
+    time out, instead of taking each other's rows; slots and acks go by the epoch alone."""
+    return epoch | (code.to(tl.int64) << CALL_BITS)
+
+
+@triton.jit
 def end_call(state_ptr, pid, grid, epoch):
     """Program ``pid`` of a call's last launch of ``grid`` programs is done with call ``epoch``."""
     q = tl.arange(0, _MAX_PROGRAMS)
@@ -191,16 +202,16 @@ def wait_words(base_ptr, row_stride, num_words, target, timeout_ns, err_addr, co
     ``ONCE`` (words that hundreds of programs poll at once: the records) polls each word in one
     thread and hands it to the others; only its first read is every thread's own load, counted
     over the whole program (:func:`_first_look`). A load from each of a program's 8 warps in every
-    poll queued eight times the requests at that word's L2 slice and held back the release that
-    ended the wait (W = 1, 128 tokens: 256 receivers saw the record 2.6 µs later than 128 did;
-    BENCHMARKS.md, session 26).
+    poll would queue eight times the requests at that word's L2 slice and hold back the release
+    that ends the wait (W = 1, 128 tokens: 256 receivers saw the record 2.6 µs later than 128; H200,
+    docs/BENCHMARKS.md).
     Every branch of the wait then follows a read all warps share: the reads go through a barrier,
-    and warps that branched on their own reads around it once paired their barriers wrongly
+    and warps that branch on their own reads around it pair their barriers wrongly
     (docs/CUDA.md, "Waits"). Without ``ONCE`` every thread loads its words itself: where the tile
     spans warps, each branch follows a sum over all of them; where it does not, the loop holds no
     barrier. The two loops differ in what they carry: a tile of ``read_once``'s layout stops
-    Triton's layout pass, and the count in the other loop made ptxas spill in the EP2 decode
-    dispatch kernel (BENCHMARKS.md, session 27)."""
+    Triton's layout pass, and the count in the other loop makes ptxas spill in the EP2 decode
+    dispatch kernel."""
     s = tl.arange(0, W_BLOCK)[:, None]
     j = tl.arange(0, N_BLOCK)[None, :]
     valid = (s < WORLD) & (j < num_words)
@@ -228,9 +239,9 @@ def _first_look(ptrs, target, valid, AT_LEAST: tl.constexpr):
     """How many of a ``ONCE`` wait's words are pending at its first read (times
     ``PROGRAM_THREADS``), the same count in every warp: each thread loads the words itself with an
     acquire load, and the count is summed over a tile of one entry per thread of the program, so
-    that it crosses the warps through one barrier before any of them branches on it. Against a
-    first read through ``read_once`` this took 0.1-0.3 µs off 16- and 128-token `sw` dispatches
-    (W = 1, BENCHMARKS.md, session 29)."""
+    that it crosses the warps through one barrier before any of them branches on it. Words already
+    there then cost one load, not ``read_once``'s atomic and barrier (W = 1: 0.1-0.3 µs off 16- and
+    128-token `sw` dispatches; H200, docs/BENCHMARKS.md)."""
     t = tl.arange(0, PROGRAM_THREADS)[None, None, :]
     wide = ptrs[:, :, None] + t * 0
     pending = _pending(load_sys(wide, True), target, valid[:, :, None], AT_LEAST)
@@ -297,13 +308,23 @@ def publish_record(state_ptr, num_writers, sig_ptrs, slot, rank, epoch, WORLD: t
     ``sig[slot, rank]``."""
     counter_ptr = state_ptr + _MAX_PROGRAMS
     tl.debug_barrier()  # the program's stores precede the release below
-    # GPU scope: the counter is local, and a system-scope atomic per writer measured 6-11 µs of
-    # queueing on this one word at 256 writers; the last writer's system-scope release below is
-    # cumulative over everything the counter made it acquire.
+    # GPU scope: the counter is local, and system-scope atomics from 256 writers queue for microseconds
+    # on this one word; the last writer's system-scope release below is cumulative over everything
+    # the counter made it acquire.
     if tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu") == num_writers - 1:
         tl.store(counter_ptr, 0)
         tl.debug_barrier()  # what the counter acquired precedes every lane's release
         _release_to_peers(sig_ptrs, slot * WORLD + rank, epoch, WORLD, W_BLOCK)
+
+
+@triton.jit
+def publish_intent(intent_ptrs, slot, rank, tag, WORLD: tl.constexpr, W_BLOCK: tl.constexpr):
+    """``sp``, where receivers wait for no record: this rank's call ``tag`` (:func:`call_tag`) into
+    every peer's ``intent[slot, rank]``, once the slot is free (after :func:`wait_acks`; earlier, a
+    peer still reading the slot's previous call would see it change). sp rows carry no epoch: a
+    receiver waits for every source's intent (:func:`wait_record` on ``intent``) before it takes
+    rows, so rows of a peer that called another operation are never taken."""
+    _release_to_peers(intent_ptrs, slot * WORLD + rank, tag, WORLD, W_BLOCK)
 
 
 @triton.jit

@@ -1,0 +1,42 @@
+"""Backends whose device memory a CUDA graph holds: kept past their Buffer's ``destroy()``.
+
+A captured kernel addresses the buffers it was captured with by their raw device addresses, so the
+memory of a Buffer whose calls a graph captured must outlive the Buffer object as long as the graph
+may be replayed; ubep cannot see when the user deletes a graph. Such backends are listed here from
+their first captured call: ``destroy()`` then leaves their memory in place (the graph keeps working),
+the waits of a replay that time out are reported by the next call of any live Buffer of the same
+kind, and :func:`release_graph_memory` frees the memory once the user says the graphs are gone.
+"""
+
+from __future__ import annotations
+
+_CAPTURED: list = []  # backends with a captured call, in the order of their first capture
+
+
+def keep_for_graphs(backend) -> None:
+    """``backend`` had a call captured in a CUDA graph: its device memory stays until
+    :func:`release_graph_memory`, even after its Buffer is destroyed."""
+    if not any(b is backend for b in _CAPTURED):
+        _CAPTURED.append(backend)
+
+
+def held_for_graphs(backend) -> bool:
+    return any(b is backend for b in _CAPTURED)
+
+
+def destroyed_for_graphs() -> list:
+    """The destroyed backends whose memory a graph may still use."""
+    return [b for b in _CAPTURED if b.destroyed]
+
+
+def release_graph_memory() -> int:
+    """Free the device memory that destroyed Buffers kept for the CUDA graphs that captured their
+    calls; returns the bytes of symmetric memory given back. Call it only once those graphs are
+    deleted (a replay afterwards would address freed memory). Buffers not yet destroyed keep
+    theirs."""
+    freed = 0
+    for backend in destroyed_for_graphs():
+        freed += getattr(backend, "symmetric_bytes", 0)
+        backend.release()
+        _CAPTURED.remove(backend)
+    return freed
