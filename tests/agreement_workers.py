@@ -21,7 +21,7 @@ def _buffer(rank: int, backend: str, override: dict | None = None) -> ubep.Buffe
     """The case's Buffer, with ``override`` on rank 1 only."""
     kwargs = {"hidden": CASE.hidden, "num_experts": CASE.num_experts, "top_k": CASE.top_k,
               "max_tokens_per_rank": max(CASE.tokens), "dtype": torch.float32, "backend": backend,
-              "timeout_s": 3.0}
+              "sync": "tff", "timeout_s": 3.0}
     if rank == 1:
         kwargs.update(override or {})
     return ubep.Buffer(**kwargs)

@@ -145,3 +145,16 @@ def test_group_of_wrong_size_and_one_bad_rank_do_not_hang():
         kind, message = kinds[rank]
         assert kind == "EPCommError", kinds
         assert f"ubep rank {rank}: phase 'dispatch: count exchange'" in message, message
+
+
+def test_each_backend_has_its_default_sync_mode(single_rank_group):
+    """No `sync`: tff where it is measured safe (cuda; the reference ignores it), sw on ascend, whose
+    other modes assume a tear-free 512-byte write (an explicit `sync=` opts in)."""
+    from ubep.backends.ascend_library import library_path
+
+    common = {"hidden": H, "num_experts": E, "top_k": K, "max_tokens_per_rank": T}
+    assert ubep.Buffer(single_rank_group, **common).config.sync == "tff"
+    assert ubep.Buffer(single_rank_group, sync="sp", **common).config.sync == "sp"
+    if library_path() is not None:
+        assert ubep.Buffer(single_rank_group, backend="ascend", dtype=torch.float32,
+                           **common).config.sync == "sw"

@@ -35,7 +35,7 @@ class ProfileOptions:
     layout: str = "compact"
     reduce: str = "source"
     backend: str = "auto"
-    sync: str = "tff"
+    sync: str | None = None  # None: the backend's default (ubep.buffer.DEFAULT_SYNC)
     maxvio: float = 0.0
     iters: int = 10
     warmup: int = 2

@@ -18,6 +18,11 @@ from ubep.backends.reference import ReferenceBackend
 from ubep.config import DTYPES, LAYOUTS, REDUCTIONS, SYNC_MODES, EPConfig, least_cuda_sms
 
 BACKENDS = ("auto", "reference", "cuda", "ascend")
+# Each backend's sync mode when none is asked for. On an NPU only `sw` rests on documented
+# guarantees alone (a flag written after a barrier); `tff`, `sp` and `dc` also need a tear-free
+# 512-byte write, which no CANN document states (docs/ASCEND.md, "What each mode assumes"). On
+# NVLink the 128-byte blocks `tff` needs were measured whole (docs/PROTOCOL.md).
+DEFAULT_SYNC = {"reference": "tff", "cuda": "tff", "ascend": "sw"}
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,8 @@ class Buffer:
         sync: how a receiver learns that rows arrived (``ubep.protocol``): ``"sw"``
             (stop-and-wait), ``"tff"`` (token-flag fusion), ``"dc"`` (data checksum) or ``"sp"``
             (sentinel polling). Results are identical in every mode; the reference ignores it.
+            ``None``: the backend's default (``DEFAULT_SYNC``: ``tff`` on cuda, ``sw`` on ascend,
+            where the other modes assume a tear-free 512-byte write: ask for them to opt in).
         device: where tensors live; by default derived from the group (gloo: CPU, NCCL: CUDA).
         timeout_s: how long any collective may wait for peers before raising ``EPCommError``.
         check_inputs: also check index values (range, duplicates); costs one host
@@ -169,7 +176,7 @@ class Buffer:
         dtype: torch.dtype = torch.bfloat16,
         backend: str = "auto",
         layout: str = "compact",
-        sync: str = "tff",
+        sync: str | None = None,
         device: torch.device | str | None = None,
         timeout_s: float = 60.0,
         check_inputs: bool = True,
@@ -181,6 +188,7 @@ class Buffer:
                              "torch.distributed.init_process_group first")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        name = "reference" if backend == "auto" else backend
         self.config = EPConfig(
             world_size=dist.get_world_size(group),
             rank=dist.get_rank(group),
@@ -190,13 +198,12 @@ class Buffer:
             max_tokens_per_rank=max_tokens_per_rank,
             dtype=dtype,
             layout=layout,
-            sync=sync,
+            sync=DEFAULT_SYNC[name] if sync is None else sync,
             timeout_s=timeout_s,
             check_inputs=check_inputs,
             num_sms=num_sms,
         )
         self.device = torch.device(device) if device is not None else _device_of(group)
-        name = "reference" if backend == "auto" else backend
         _check_backend(name, self.config, self.device)
         _agree(self.config, name, group, self.device)
         self._backend: Backend = _make_backend(name, self.config, group, self.device)

@@ -47,8 +47,9 @@ def _shape_options(parser: argparse.ArgumentParser, tokens: int) -> None:
     parser.add_argument("--reduce", choices=REDUCTIONS, default="source",
                         help="where combine sums the top-k outputs")
     parser.add_argument("--backend", choices=BACKENDS, default="auto", help="ubep backend")
-    parser.add_argument("--sync", choices=SYNC_MODES, default="tff",
-                        help="how receivers learn that rows arrived, on the cuda and ascend backends")
+    parser.add_argument("--sync", choices=SYNC_MODES, default=None,
+                        help="how receivers learn that rows arrived, on the cuda and ascend backends "
+                        "(default: the backend's: tff on cuda, sw on ascend)")
 
 
 def _check_shape(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:

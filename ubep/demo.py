@@ -26,7 +26,7 @@ class DemoOptions:
     layout: str = "compact"
     backend: str = "auto"
     reduce: str = "source"
-    sync: str = "tff"
+    sync: str | None = None  # None: the backend's default (ubep.buffer.DEFAULT_SYNC)
     iters: int = 3
     seed: int = 0
 
