@@ -1,0 +1,141 @@
+// GM as the twin moves it: host memory, where a die's HBM window is a shared /dev/shm mapping that
+// every die process maps (as HCCL windows are reachable on an A3). The model the multi-die tests
+// rely on:
+// - A DataCopy into or out of a window is delivered as 512-byte aligned transactions, each seen
+//   whole: every 512-byte chunk of a window has a lock in a table after the window, held while a
+//   copy writes or reads the chunk. Chunks of one copy land in address order. This is an
+//   assumption (MC2's 480+32 B blocks rely on it too; A2/A3 documents only "moves are split into
+//   128/256/512 B pieces", STUDY 1.0 and 3.5), not a documented guarantee.
+// - A scalar cache line (64 B) lies inside one chunk; filling or writing one back takes the
+//   chunk's lock, or for non-window GM a striped lock, so a line is read and written whole.
+// - UBEP_TWIN_JITTER_US=N makes every window copy first sleep 0..N us (per-AIV random), which
+//   reorders AIVs and dies far more than scheduling alone does.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "types.h"
+
+namespace AscendC {
+
+constexpr int64_t GM_TRANSACTION = 512;  // bytes a DataCopy delivers whole
+
+namespace twin {
+
+// Windows registered for the duration of a launch (cpu_twin/hccl_group.h fills this).
+struct Region {
+  uint8_t* base;
+  int64_t bytes;
+};
+inline std::vector<Region> shared_regions;
+
+inline int64_t lock_table_bytes(int64_t window_bytes) { return window_bytes / GM_TRANSACTION * 4; }
+// A die's mapping: its window (a multiple of GM_TRANSACTION bytes), then the window's lock table.
+inline int64_t mapping_bytes(int64_t window_bytes) { return window_bytes + lock_table_bytes(window_bytes); }
+inline int64_t window_of_mapping(int64_t mapping_bytes) {
+  return mapping_bytes / (GM_TRANSACTION + 4) * GM_TRANSACTION;
+}
+
+inline uint32_t* chunk_lock(const uint8_t* p) {
+  for (const Region& r : shared_regions) {
+    if (p >= r.base && p < r.base + r.bytes) {
+      return reinterpret_cast<uint32_t*>(r.base + r.bytes) + (p - r.base) / GM_TRANSACTION;
+    }
+  }
+  return nullptr;
+}
+
+inline void lock(uint32_t* l) {
+  while (__atomic_exchange_n(l, 1u, __ATOMIC_ACQUIRE)) std::this_thread::yield();
+}
+inline void unlock(uint32_t* l) { __atomic_store_n(l, 0u, __ATOMIC_RELEASE); }
+
+inline int64_t jitter_us() {
+  static const int64_t us = [] {
+    const char* v = std::getenv("UBEP_TWIN_JITTER_US");
+    return v ? std::atoll(v) : 0;
+  }();
+  return us;
+}
+
+inline void jitter() {
+  thread_local std::minstd_rand rng(std::random_device{}());
+  std::this_thread::sleep_for(std::chrono::microseconds(rng() % (jitter_us() + 1)));
+}
+
+// Copies chunk by chunk (512-byte aligned pieces of the GM side `gm`), each under its lock.
+inline void gm_copy(uint8_t* dst, const uint8_t* src, int64_t n, const uint8_t* gm) {
+  if (jitter_us() && chunk_lock(gm)) jitter();
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int64_t i = 0; i < n;) {
+    const int64_t in_chunk = static_cast<int64_t>(reinterpret_cast<uintptr_t>(gm + i) % GM_TRANSACTION);
+    const int64_t len = std::min<int64_t>(n - i, GM_TRANSACTION - in_chunk);
+    uint32_t* l = chunk_lock(gm + i);
+    if (l) lock(l);
+    std::memcpy(dst + i, src + i, len);
+    if (l) unlock(l);
+    i += len;
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+inline void gm_store(uint8_t* dst, const uint8_t* src, int64_t n) { gm_copy(dst, src, n, dst); }
+inline void gm_load(uint8_t* dst, const uint8_t* src, int64_t n) { gm_copy(dst, src, n, src); }
+
+// Element-wise atomic dst[i] += src[i] (SetAtomicAdd + an MTE3 copy). 16-bit floats add in float
+// and round to nearest even, under a compare-and-swap of the element.
+template <typename T>
+void gm_atomic_add(T* dst, const T* src, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    if constexpr (std::is_integral_v<T>) {
+      __atomic_fetch_add(dst + i, src[i], __ATOMIC_ACQ_REL);
+    } else if constexpr (std::is_same_v<T, float>) {
+      T old, next;
+      __atomic_load(dst + i, &old, __ATOMIC_ACQUIRE);
+      do {
+        next = old + src[i];
+      } while (!__atomic_compare_exchange(dst + i, &old, &next, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+    } else {
+      static_assert(sizeof(T) == 2);
+      uint16_t* word = reinterpret_cast<uint16_t*>(dst + i);
+      uint16_t old = __atomic_load_n(word, __ATOMIC_ACQUIRE), next;
+      do {
+        T a, r;
+        std::memcpy(&a, &old, 2);
+        r = T(static_cast<float>(a) + static_cast<float>(src[i]));
+        std::memcpy(&next, &r, 2);
+      } while (!__atomic_compare_exchange_n(word, &old, next, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+    }
+  }
+}
+
+// The lock a scalar cache line takes to be filled or written back whole.
+class LineLock {
+ public:
+  explicit LineLock(const uint8_t* line) : l_(chunk_lock(line)) {
+    if (!l_) l_ = &Stripes()[(reinterpret_cast<uintptr_t>(line) >> 6) % kStripes];
+    lock(l_);
+  }
+  ~LineLock() { unlock(l_); }
+  LineLock(const LineLock&) = delete;
+  LineLock& operator=(const LineLock&) = delete;
+
+ private:
+  static constexpr size_t kStripes = 4096;
+  static uint32_t* Stripes() {
+    static uint32_t s[kStripes] = {};
+    return s;
+  }
+  uint32_t* l_;
+};
+
+}  // namespace twin
+}  // namespace AscendC
