@@ -152,23 +152,134 @@ def test_bad_hidden_is_rejected_before_communication(single_rank_group):
         ubep.Buffer(hidden=8200, num_experts=4, top_k=2, max_tokens_per_rank=4, backend="ascend")
 
 
+def _meta_calls(x, idx, w, windows, padded=False):
+    """dispatch, combine and pairs on the given (meta or fake) tensors, as the backend calls them."""
+    ops = torch.ops.ubep_ascend
+    out = ops.dispatch(x, idx, w, windows, "g", 2, 0, 8, 6, padded, "tff", 1, 4, 1.0)
+    y = ops.combine(out[0], idx, w, *out[3:7], windows, "g", 2, 0, 8, 40, torch.bfloat16, "expert_rank", True,
+                    "tff", 2, 4, 1.0)
+    pairs = ops.combine(out[1], idx, w, *out[3:7], windows, "g", 2, 0, 8, 40, torch.bfloat16, "pairs", False,
+                        "tff", 3, 4, 1.0)
+    return out, y, pairs
+
+
 def test_meta_shapes_for_torch_compile():
-    """The fake implementations give the shapes the CPU ops return (worst-case rows for dispatch)."""
+    """The fake implementations give the shapes the CPU ops return (worst-case rows for dispatch) and
+    every op's status words last."""
     from ubep.backends.ascend import load_ops
 
     load_ops()
-    ops, meta = torch.ops.ubep_ascend, torch.device("meta")
+    meta = torch.device("meta")
     windows = [torch.empty(1 << 20, dtype=torch.uint8, device=meta) for _ in range(2)]
     x = torch.empty(5, 40, dtype=torch.bfloat16, device=meta)
     idx = torch.empty(5, 3, dtype=torch.int64, device=meta)
     w = torch.empty(5, 3, dtype=torch.float32, device=meta)
-    out = ops.dispatch(x, idx, w, windows, "g", 2, 0, 8, 6, False, "tff", 1, 4, 1.0)
-    assert [tuple(t.shape) for t in out] == [(36, 40), (36,), (4,), (2, 6, 3), (2, 6, 3), (2, 6), (2, 2)]
-    padded = ops.dispatch(x, idx, w, windows, "g", 2, 0, 8, 6, True, "tff", 1, 4, 1.0)
+    out, y, pairs = _meta_calls(x, idx, w, windows)
+    shapes = [(36, 40), (36,), (4,), (2, 6, 3), (2, 6, 3), (2, 6), (2, 2), (4,)]
+    assert [tuple(t.shape) for t in out] == shapes
+    assert out[-1].dtype == torch.int64
+    padded = _meta_calls(x, idx, w, windows, padded=True)[0]
     assert tuple(padded[0].shape) == (48, 40)
-    y = ops.combine(out[0], idx, w, *out[3:], windows, "g", 2, 0, 8, 40, torch.bfloat16, "expert_rank", True,
-                    "tff", 2, 4, 1.0)
-    assert tuple(y.shape) == (5, 40) and y.dtype == torch.bfloat16
-    pairs = ops.combine(out[1], idx, w, *out[3:], windows, "g", 2, 0, 8, 40, torch.bfloat16, "pairs", False,
-                        "tff", 3, 4, 1.0)
-    assert tuple(pairs.shape) == (5, 3)
+    assert tuple(y[0].shape) == (5, 40) and y[0].dtype == torch.bfloat16 and tuple(y[1].shape) == (4,)
+    assert tuple(pairs[0].shape) == (5, 3)
+    token = torch.empty(2, dtype=torch.int64, device=meta)
+    status = torch.ops.ubep_ascend.prepare(token, windows, "g", 2, 0, 40, 8, 3, 6, torch.bfloat16, "tff", 4,
+                                           1.0)
+    assert tuple(status.shape) == (4,)
+
+
+def test_ops_trace_into_a_graph_without_running():
+    """torch.compile (fullgraph, dynamic shapes) and make_fx in symbolic mode trace the ops through their
+    fake implementations, never running a kernel: no windows exist here, a real call would fail."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ubep.backends.ascend import load_ops
+
+    load_ops()
+    want = ["ubep_ascend.dispatch", "ubep_ascend.combine", "ubep_ascend.combine"]
+
+    def layer(x, idx, w, window0, window1):
+        out, y, pairs = _meta_calls(x, idx, w, [window0, window1])
+        return y[0], pairs[0], out[2], out[-1]
+
+    def ops_in(graph):
+        called = (str(n.target) for n in graph.nodes if n.op == "call_function")
+        return [t for t in called if "ubep_ascend" in t]
+
+    args = (torch.randn(5, 40).bfloat16(), torch.zeros(5, 3, dtype=torch.int64), torch.rand(5, 3),
+            torch.zeros(16, dtype=torch.uint8), torch.zeros(16, dtype=torch.uint8))
+    assert ops_in(make_fx(layer, tracing_mode="symbolic")(*args).graph) == [f"{op}.default" for op in want]
+
+    traced = []
+
+    def record(gm, inputs):  # keeps the graph and runs nothing
+        traced.append(gm)
+        outputs = len(gm.graph.output_node().args[0])
+        return lambda *a: tuple(torch.empty(0) for _ in range(outputs))
+
+    torch.compile(layer, backend=record, fullgraph=True, dynamic=True)(*args)
+    assert ops_in(traced[0].graph) == want
+
+
+def test_status_words_name_rank_phase_and_peer():
+    """What the backend raises from a status copy: "" when the call completed; else the rank, the phase
+    and the peer (phase 1 = dispatch's count wait, ep_tiling.h) and the timeout."""
+    from ubep.backends.ascend import load_ops
+
+    load_ops()
+    message = torch.ops.ubep_ascend.status_message
+    assert message(torch.zeros(4, dtype=torch.int64), 3, 2.0) == ""
+    got = message(torch.tensor([1, 1, 5, 0]), 3, 2.5)
+    assert got.startswith("ubep rank 3: phase 'dispatch: wait for counts from rank 5' did not complete "
+                          "within 2.5 s"), got
+
+
+class _Event:
+    """An NPU event as the status path uses it: done once the test says so."""
+
+    def __init__(self):
+        self.done = False
+
+    def query(self):
+        return self.done
+
+
+def test_npu_status_raises_at_the_next_call_once_final(monkeypatch):
+    """On an NPU no call waits for its kernel: a timeout is raised by the first call after its status
+    copy completed (no waiting), or by synchronize() (check(wait=True)), and again by every later call."""
+    from types import SimpleNamespace
+
+    from ubep import EPCommError
+    from ubep.backends import ascend_status
+    from ubep.backends.ascend import load_ops
+
+    load_ops()
+    events = []
+
+    def copy(status):
+        events.append(_Event())
+        return status.clone(), events[-1]
+
+    monkeypatch.setattr(ascend_status, "_copy_to_host", copy)
+    monkeypatch.setattr(ascend_status, "_npu_capturing", lambda: False)
+    timed_out = torch.tensor([1, 6, 1, 0])  # phase 6: combine, returned rows from rank 1
+
+    watch = ascend_status.StatusWatch(SimpleNamespace(type="npu"), 0, 2.0)
+    watch.watch(torch.zeros(4, dtype=torch.int64))
+    watch.watch(timed_out)
+    watch.check()  # neither copy has completed: nothing is known, nothing waits
+    events[0].done = True
+    watch.check()  # the first call completed; the second is still running
+    assert len(watch.pending) == 1
+    events[1].done = True
+    with pytest.raises(EPCommError, match="ubep rank 0: phase 'combine: wait for returned rows from rank 1' "
+                                          "did not complete within 2 s"):
+        watch.check()
+    with pytest.raises(EPCommError, match="an earlier call of this Buffer"):
+        watch.check()
+
+    synced = ascend_status.StatusWatch(SimpleNamespace(type="npu"), 0, 2.0)
+    synced.watch(timed_out)
+    synced.check()
+    with pytest.raises(EPCommError, match="returned rows from rank 1"):
+        synced.check(wait=True)  # after synchronize(): every copy is final

@@ -102,22 +102,21 @@ auto DispatchCpu(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tens
                               max_tokens, padded, std::string(sync), epoch, n_workers, timeout_s);
 }
 
-at::Tensor CombineCpu(const at::Tensor& rows, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
-                      const at::Tensor& recv_rows, const at::Tensor& recv_pair_weights,
-                      const at::Tensor& recv_pair_base, const at::Tensor& recv_counts, at::TensorList windows,
-                      std::string_view group, int64_t world, int64_t rank, int64_t num_experts, int64_t hidden,
-                      at::ScalarType dtype, std::string_view reduce, bool weighted, std::string_view sync,
-                      int64_t epoch, int64_t n_workers, double timeout_s) {
+auto CombineCpu(const at::Tensor& rows, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
+                const at::Tensor& recv_rows, const at::Tensor& recv_pair_weights, const at::Tensor& recv_pair_base,
+                const at::Tensor& recv_counts, at::TensorList windows, std::string_view group, int64_t world,
+                int64_t rank, int64_t num_experts, int64_t hidden, at::ScalarType dtype, std::string_view reduce,
+                bool weighted, std::string_view sync, int64_t epoch, int64_t n_workers, double timeout_s) {
   return Combine<TwinLaunch>(rows, topk_idx, topk_weights, recv_rows, recv_pair_weights, recv_pair_base,
                              recv_counts, windows, std::string(group), world, rank, num_experts, hidden, dtype,
                              std::string(reduce), weighted, std::string(sync), epoch, n_workers, timeout_s);
 }
 
-void PrepareCpu(const at::Tensor& token, at::TensorList windows, std::string_view group, int64_t world, int64_t rank,
-                int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens, at::ScalarType dtype,
-                std::string_view sync, int64_t n_workers, double timeout_s) {
-  Prepare<TwinLaunch>(token, windows, std::string(group), world, rank, hidden, num_experts, top_k, max_tokens, dtype,
-                      std::string(sync), n_workers, timeout_s);
+at::Tensor PrepareCpu(const at::Tensor& token, at::TensorList windows, std::string_view group, int64_t world,
+                      int64_t rank, int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens,
+                      at::ScalarType dtype, std::string_view sync, int64_t n_workers, double timeout_s) {
+  return Prepare<TwinLaunch>(token, windows, std::string(group), world, rank, hidden, num_experts, top_k, max_tokens,
+                             dtype, std::string(sync), n_workers, timeout_s);
 }
 
 // Bytes of one die's mapping: a window of HCCL_BUFFSIZE MB (hccl_buffsize: the variable's value,

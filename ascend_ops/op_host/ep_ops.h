@@ -1,7 +1,11 @@
 // The torch ops' bodies, shared by every device: check arguments, compute the call's tiling
 // (DispatchTiling / CombineTiling / PrepareTiling, which the CANN ops' tiling functions compute too),
 // allocate the outputs and the zeroed scratch, launch (Launch::Dispatch / Combine / Prepare: the CPU
-// twin or the NPU's MC2 op), and turn a kernel's timeout into an error naming the rank and phase.
+// twin or the NPU's MC2 op), and return a copy of the kernel's status words with the outputs.
+//
+// Nothing here waits for the device: every output has a size the host knows (the compact dispatch
+// its worst case, which the backend narrows), and a kernel's timeout is reported through the status
+// words, which the backend reads when they are known to be final (ubep/backends/ascend_status.py).
 //
 // Windows belong to the HCCL group `group`: on an NPU, HCCL's windows (pass windows=[]); on the CPU
 // twin, `windows[r]` is die r's shared mapping, from which the twin builds the group's context.
@@ -11,6 +15,7 @@
 #include <c10/util/Exception.h>
 
 #include <optional>
+#include <sstream>
 #include <string>
 #include <tuple>
 
@@ -53,15 +58,36 @@ struct CombineArgs {
   bool weighted;
 };
 
-inline void CheckStatus(const at::Tensor& scratch, const EpTiling& t, double timeout_s) {
-  at::Tensor status = scratch.narrow(0, 0, 24).cpu();
-  const auto* s = reinterpret_cast<const int64_t*>(status.data_ptr());
-  TORCH_CHECK(s[0] == 0, "ubep rank ", t.rank, ": phase '", PhaseName(s[1], s[2]), "' did not complete within ",
-              timeout_s, " s; a peer may have failed, skipped this call or rejected its input");
+// The kernels' status words at the start of `scratch` (op_kernel/ep_common.h, Ctx::status): error,
+// phase, peer and one unused word. An op returns a copy instead of reading them, which would make
+// the host wait for the kernel after every call; a copy, so that the scratch is freed with the call.
+constexpr int64_t STATUS_WORDS = 4;
+
+inline at::Tensor StatusOf(const at::Tensor& scratch) {
+  return scratch.narrow(0, 0, STATUS_WORDS * 8).view(at::kLong).clone();
 }
 
+// "" for the status words of a call that completed, else what timed out. status: on the host.
+inline std::string StatusMessage(const at::Tensor& status, int64_t rank, double timeout_s) {
+  TORCH_CHECK(status.device().is_cpu() && status.scalar_type() == at::kLong && status.numel() == STATUS_WORDS,
+              "ubep_ascend.status_message: status must be the [", STATUS_WORDS, "] int64 words an op returned, "
+              "copied to the host");
+  const at::Tensor words = status.contiguous();
+  const int64_t* s = words.data_ptr<int64_t>();
+  if (s[0] == 0) return "";
+  std::ostringstream out;
+  out << "ubep rank " << rank << ": phase '" << PhaseName(s[1], s[2]) << "' did not complete within " << timeout_s
+      << " s; a peer may have failed, skipped this call or rejected its input";
+  return out.str();
+}
+
+// recv_x, recv_weights, tokens_per_expert, recv_rows, recv_pair_weights, recv_pair_base, recv_counts,
+// status.
+using DispatchOut = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                               at::Tensor>;
+
 template <class Launch>
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> Dispatch(
+DispatchOut Dispatch(
     const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights, at::TensorList windows,
     const std::string& group, int64_t world, int64_t rank, int64_t num_experts, int64_t max_tokens, bool padded,
     const std::string& sync, int64_t epoch, int64_t n_workers, double timeout_s) {
@@ -88,18 +114,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   a.recv_counts = at::zeros({world, 2}, i32);
   a.scratch = at::zeros({t.ws_bytes}, x.options().dtype(at::kByte));
   Launch::Dispatch(a, windows, t);
-  CheckStatus(a.scratch, t, timeout_s);
-  return {a.recv_x, a.recv_weights, a.tokens_per_expert, a.recv_rows, a.recv_pair_weights, a.recv_pair_base,
-          a.recv_counts};
+  return {a.recv_x,         a.recv_weights, a.tokens_per_expert, a.recv_rows, a.recv_pair_weights,
+          a.recv_pair_base, a.recv_counts,  StatusOf(a.scratch)};
 }
 
 // reduce: "source", "expert_rank" or "pairs" (rows [R] fp32 back to their (t, k) slots: [T, K]).
+// Returns (y, status).
 template <class Launch>
-at::Tensor Combine(const at::Tensor& rows, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
-                   const at::Tensor& recv_rows, const at::Tensor& recv_pair_weights, const at::Tensor& recv_pair_base,
-                   const at::Tensor& recv_counts, at::TensorList windows, const std::string& group, int64_t world,
-                   int64_t rank, int64_t num_experts, int64_t hidden, at::ScalarType dtype, const std::string& reduce,
-                   bool weighted, const std::string& sync, int64_t epoch, int64_t n_workers, double timeout_s) {
+std::tuple<at::Tensor, at::Tensor> Combine(
+    const at::Tensor& rows, const at::Tensor& topk_idx, const at::Tensor& topk_weights, const at::Tensor& recv_rows,
+    const at::Tensor& recv_pair_weights, const at::Tensor& recv_pair_base, const at::Tensor& recv_counts,
+    at::TensorList windows, const std::string& group, int64_t world, int64_t rank, int64_t num_experts, int64_t hidden,
+    at::ScalarType dtype, const std::string& reduce, bool weighted, const std::string& sync, int64_t epoch,
+    int64_t n_workers, double timeout_s) {
   TORCH_CHECK(recv_rows.dim() == 3, "ubep_ascend.combine: recv_rows must be [W, T_max, K]");
   const Reduce how = ReduceOf(reduce);
   const bool pairs = how == REDUCE_PAIRS;
@@ -126,8 +153,7 @@ at::Tensor Combine(const at::Tensor& rows, const at::Tensor& topk_idx, const at:
   a.y = pairs ? at::zeros({T, K}, rows.options()) : at::zeros({T, hidden}, rows.options());
   a.scratch = at::zeros({t.ws_bytes}, rows.options().dtype(at::kByte));
   Launch::Combine(a, windows, t);
-  CheckStatus(a.scratch, t, timeout_s);
-  return a.y;
+  return {a.y, StatusOf(a.scratch)};
 }
 
 // A window preparation (prepare_kernel.cpp): the kernel's tensors (the token, then `scratch`) and
@@ -139,11 +165,11 @@ struct PrepareArgs {
 };
 
 // token: [2] int64 on the op's device, the group's nonce and this preparation's epoch (>= 1, from the
-// same sequence as the calls').
+// same sequence as the calls'). Returns the status words.
 template <class Launch>
-void Prepare(const at::Tensor& token, at::TensorList windows, const std::string& group, int64_t world, int64_t rank,
-             int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens, at::ScalarType dtype,
-             const std::string& sync, int64_t n_workers, double timeout_s) {
+at::Tensor Prepare(const at::Tensor& token, at::TensorList windows, const std::string& group, int64_t world,
+                   int64_t rank, int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens,
+                   at::ScalarType dtype, const std::string& sync, int64_t n_workers, double timeout_s) {
   TORCH_CHECK(token.scalar_type() == at::kLong && token.dim() == 1 && token.size(0) == 2,
               "ubep_ascend.prepare: token must be [2] int64 (nonce, epoch)");
   PrepareArgs a;
@@ -154,7 +180,7 @@ void Prepare(const at::Tensor& token, at::TensorList windows, const std::string&
   a.token = token.contiguous();
   a.scratch = at::zeros({t.ws_bytes}, token.options().dtype(at::kByte));
   Launch::Prepare(a, windows, t);
-  CheckStatus(a.scratch, t, timeout_s);
+  return StatusOf(a.scratch);
 }
 
 inline std::tuple<int64_t, int64_t> WorkerSplit(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k,

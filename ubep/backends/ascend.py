@@ -20,6 +20,11 @@ message of the call carries: ranks that called different operations wait for wor
 and raise :class:`EPCommError` instead of mixing two calls. A rank whose peers do not arrive raises
 :class:`EPCommError` naming its rank and the phase after ``config.timeout_s``; the group's windows are
 then in an unknown state until a new Buffer prepares them.
+
+No call makes the host wait for the device but a compact dispatch, which reads its output's size
+(``tokens_per_expert``) once. A kernel's timeout reaches the host through its status words
+(``ascend_status``): on the CPU twin the call itself raises, on an NPU the next call or
+``synchronize()``.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ import torch
 import torch.distributed as dist
 
 from ubep.backends.ascend_library import load_ops
+from ubep.backends.ascend_status import StatusWatch
 from ubep.backends.ascend_windows import group_windows, window_bytes, window_layout
-from ubep.backends.base import CALL_BITS, Backend, EPCommError, Handle, call_code
+from ubep.backends.base import CALL_BITS, Backend, Handle, call_code
 from ubep.config import EPConfig
 
 TWIN_AIVS = 4  # AIV threads per die on the CPU twin
@@ -83,11 +89,13 @@ class AscendBackend(Backend):
         self.n_workers = NPU_AIVS if on_npu else TWIN_AIVS
         self.symmetric_bytes = window_bytes(config)
         self.layout = window_layout(config)
+        self.status = StatusWatch(device, config.rank, config.timeout_s)
         self._prepare()
 
     def _prepare(self) -> None:
         """Fills this layer's window on every die and meets every die (a collective); until it
         succeeds the windows hold no known layout."""
+        self.status.check()  # before the epoch is taken: a call that raises consumes none
         cfg, w = self.config, self.windows
         w.layout = None
         token = torch.tensor([w.nonce, w.next_epoch()], dtype=torch.int64, device=self.device)
@@ -99,20 +107,28 @@ class AscendBackend(Backend):
     def _call_epoch(self, code: int) -> int:
         """The next call's epoch with its call ``code`` above it, after preparing the windows again
         if they hold another layer's layout (every rank decides alike: the group's calls are the
-        same sequence everywhere)."""
+        same sequence everywhere). Raises first for an earlier call that timed out."""
+        self.status.check()
         if self.windows.layout != self.layout:
             self._prepare()
         return self.windows.next_epoch() | code << CALL_BITS
 
-    def _call(self, op, *args):
-        try:
-            return op(*args)
-        except RuntimeError as err:
-            message = str(err).splitlines()[0]
-            if "did not complete within" in message:
-                raise EPCommError(f"{message}: a peer is late, failed, or called another operation "
-                                  f"(the ranks must run the same calls in the same order)") from None
-            raise
+    def _call(self, op, *args) -> list[torch.Tensor]:
+        """Runs one op; returns its outputs but the status words, which ``self.status`` takes."""
+        out = op(*args)
+        *outputs, status = out if isinstance(out, tuple) else (out,)  # prepare: the status alone
+        self.status.watch(status)
+        return outputs
+
+    def synchronize(self) -> None:
+        if self.device.type == "npu":
+            torch.npu.current_stream(self.device).synchronize()
+        self.status.check(wait=True)
+
+    def destroy(self) -> None:
+        if self.device.type == "npu":
+            torch.npu.current_stream(self.device).synchronize()
+        super().destroy()
 
     def _dispatch_op(self, x_TH, topk_idx_TK, topk_weights_TK, code: int):
         cfg, epoch = self.config, self._call_epoch(code)
@@ -127,8 +143,11 @@ class AscendBackend(Backend):
         with self.timer.phase("dispatch: kernel"):
             recv_x, recv_w, tpe, rows, pair_w, pair_base, counts = self._dispatch_op(
                 x_TH, topk_idx_TK, topk_weights_TK, call_code("dispatch"))
-        num_rows = (cfg.num_local_experts * cfg.expert_capacity if cfg.layout == "padded"
-                    else int(tpe.sum()))
+        if cfg.layout == "padded":  # fixed capacity: no host synchronization
+            num_rows = cfg.num_local_experts * cfg.expert_capacity
+        else:  # the one synchronization of a compact dispatch; after it the kernel's status is final
+            num_rows = int(tpe.sum())
+            self.status.check()
         routes = Routes(topk_idx_TK.long(), topk_weights_TK.detach().float(), rows, pair_w, pair_base, counts)
         self.dispatches += 1
         handle = Handle(cfg, x_TH.shape[0], topk_weights_TK, recv_w[:num_rows], tpe, num_rows, None, routes,
@@ -150,7 +169,7 @@ class AscendBackend(Backend):
                           r.recv_rows, r.recv_pair_weights, r.recv_pair_base, r.recv_counts,
                           self.windows.tensors, self.windows.name, cfg.world_size, cfg.rank, cfg.num_experts,
                           cfg.hidden, cfg.dtype, reduce, weighted, cfg.sync, epoch,
-                          self.n_workers, cfg.timeout_s)
+                          self.n_workers, cfg.timeout_s)[0]
 
     def combine(self, expert_out, handle, reduce, weighted):
         with self.timer.phase("combine: kernel"):

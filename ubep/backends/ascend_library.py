@@ -12,7 +12,9 @@ _LIB_NAMES = ("libubep_ascend_twin.so", "libubep_ascend.so")
 
 
 def library_path() -> Path | None:
-    """The built operator library: ``$UBEP_ASCEND_LIB``, else ``build/ascend_ops/`` of this checkout."""
+    """The built operator library: ``$UBEP_ASCEND_LIB``, else ``build/ascend_ops/`` of this checkout (the
+    CPU twin's; the NPU binding that ``./build.sh npu`` puts in ``build-npu/ascend_ops/`` is found
+    through ``$UBEP_ASCEND_LIB`` only, so that a checkout holding both runs its CPU tests on the twin)."""
     if os.environ.get(LIB_ENV):
         return Path(os.environ[LIB_ENV])
     build = Path(__file__).resolve().parents[2] / "build" / "ascend_ops"
@@ -26,5 +28,6 @@ def load_ops() -> None:
     path = library_path()
     if path is None or not path.exists():
         raise ValueError("backend='ascend' needs the operator library: run ./build.sh test (or cmake -S . -B "
-                         f"build && cmake --build build), or set {LIB_ENV}; not found: {path}")
+                         f"build && cmake --build build), on an NPU ./build.sh npu, or set {LIB_ENV}; not "
+                         f"found: {path}")
     torch.ops.load_library(str(path))

@@ -1,4 +1,4 @@
-// The MC2 op UbepCombine (CANN only, never compiled here), laid out as UbepDispatch: its definition,
+// The MC2 op UbepCombine (CANN only, never compiled), laid out as UbepDispatch: its definition,
 // whose HCCL group is the "group" attribute, and its host tiling. The kernel is
 // op_kernel/combine_kernel.cpp (ubep_combine). `dtype` is the layer's RowDtype (it fixes the window
 // geometry); the rows' own dtype picks the column (fp32 rows: also every "pairs" call).
@@ -56,7 +56,9 @@ class UbepCombine : public OpDef {
     this->Attr("n_workers").AttrType(REQUIRED).Int();
     this->Attr("timeout_s").AttrType(REQUIRED).Float();
     this->AICore().SetTiling(ubep_ascend::mc2::CombineTilingFunc);
-    this->AICore().AddConfig("ascend910_93");
+    this->SetInferShape(ubep_ascend::mc2::InferShapeNone).SetInferDataType(ubep_ascend::mc2::InferDataTypeNone);
+    OpAICoreConfig config = ubep_ascend::mc2::AiCoreConfig();  // AddConfig takes it by non-const reference
+    this->AICore().AddConfig("ascend910_93", config);
     this->MC2().HcclGroup("group");
   }
 };

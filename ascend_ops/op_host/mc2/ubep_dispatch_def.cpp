@@ -1,6 +1,7 @@
-// The MC2 op UbepDispatch (CANN only, never compiled here): its definition, whose HCCL group is the
+// The MC2 op UbepDispatch (CANN only, never compiled): its definition, whose HCCL group is the
 // "group" attribute, and its host tiling. The kernel is op_kernel/dispatch_kernel.cpp (ubep_dispatch);
-// npu_ops.cpp calls the generated aclnnUbepDispatch with the same arguments as the torch op.
+// op_build generates aclnnInnerUbepDispatch from it, which aclnn_ubep.cpp wraps as aclnnUbepDispatch (MTE
+// server type); npu_ops.cpp calls that with the same arguments as the torch op.
 #include "ep_mc2.h"
 
 namespace ubep_ascend::mc2 {
@@ -52,7 +53,9 @@ class UbepDispatch : public OpDef {
     this->Attr("n_workers").AttrType(REQUIRED).Int();
     this->Attr("timeout_s").AttrType(REQUIRED).Float();
     this->AICore().SetTiling(ubep_ascend::mc2::DispatchTilingFunc);
-    this->AICore().AddConfig("ascend910_93");
+    this->SetInferShape(ubep_ascend::mc2::InferShapeNone).SetInferDataType(ubep_ascend::mc2::InferDataTypeNone);
+    OpAICoreConfig config = ubep_ascend::mc2::AiCoreConfig();  // AddConfig takes it by non-const reference
+    this->AICore().AddConfig("ascend910_93", config);
     this->MC2().HcclGroup("group");
   }
 };

@@ -1,4 +1,4 @@
-// The MC2 op UbepPrepare (CANN only, never compiled here), laid out as UbepDispatch: its definition,
+// The MC2 op UbepPrepare (CANN only, never compiled), laid out as UbepDispatch: its definition,
 // whose HCCL group is the "group" attribute, and its host tiling. The kernel is
 // op_kernel/prepare_kernel.cpp (ubep_prepare). `dtype` is the layer's RowDtype (it fixes the window
 // geometry); the input `token` is [2] int64, the group's nonce and the preparation's epoch.
@@ -44,7 +44,9 @@ class UbepPrepare : public OpDef {
     this->Attr("n_workers").AttrType(REQUIRED).Int();
     this->Attr("timeout_s").AttrType(REQUIRED).Float();
     this->AICore().SetTiling(ubep_ascend::mc2::PrepareTilingFunc);
-    this->AICore().AddConfig("ascend910_93");
+    this->SetInferShape(ubep_ascend::mc2::InferShapeNone).SetInferDataType(ubep_ascend::mc2::InferDataTypeNone);
+    OpAICoreConfig config = ubep_ascend::mc2::AiCoreConfig();  // AddConfig takes it by non-const reference
+    this->AICore().AddConfig("ascend910_93", config);
     this->MC2().HcclGroup("group");
   }
 };
