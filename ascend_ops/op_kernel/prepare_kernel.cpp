@@ -1,4 +1,4 @@
-// Window preparation, AIV-only: makes this die's window ready for a layer's calls and meets every
+// Window preparation: makes this die's window ready for a layer's calls and meets every
 // die of the group, before a Buffer's first call and again whenever the window last held another
 // layer's layout. HCCL's window outlives Buffers and starts with whatever HCCL or an earlier layer
 // left in it, so a layer cannot trust it unprepared. The meeting goes through the windows, not an
@@ -28,15 +28,18 @@ constexpr int64_t FILL_BYTES = 32 * 1024;  // one DataCopy of the fill; a multip
 
 class PrepareKernel {
  public:
-  __aicore__ inline void Init(GM_ADDR token, GM_ADDR scratch, const EpTiling* tiling) {
+  __aicore__ inline void Init(GM_ADDR token, GM_ADDR scratch, const EpTiling* tiling, TPipe* pipe) {
     t_ = tiling;
     c_.Init(tiling, scratch);
-    GlobalTensor<uint64_t> token_gm;
-    token_gm.SetGlobalBuffer(reinterpret_cast<__gm__ uint64_t*>(token), 2);
-    nonce_ = token_gm.GetValue(0);
-    epoch_ = token_gm.GetValue(1);
-    pipe_.InitBuffer(fill_buf_, FILL_BYTES);
-    pipe_.InitBuffer(token_buf_, TOKEN_STRIDE);
+    c_.InitBuffers(pipe);
+    pipe->InitBuffer(fill_buf_, FILL_BYTES);
+    pipe->InitBuffer(token_buf_, TOKEN_STRIDE);
+    // The token (16 bytes) through UB, as every GM word the scalar reads.
+    const LocalTensor<uint64_t> ub = token_buf_.Get<uint64_t>();
+    CopyIn(ub, Gm<uint64_t>(token, 16), 16);
+    Sync<HardEvent::MTE2_S>();
+    nonce_ = ub.GetValue(0);
+    epoch_ = ub.GetValue(1);
   }
 
   __aicore__ inline void Process() {
@@ -52,24 +55,23 @@ class PrepareKernel {
  private:
   // Die d's header entry written by die s, in `area`.
   __aicore__ inline GlobalTensor<uint64_t> Entry(int64_t d, int64_t area, int64_t s) const {
-    GlobalTensor<uint64_t> entry;
-    entry.SetGlobalBuffer(reinterpret_cast<__gm__ uint64_t*>(c_.windows.Base(d) +
-                                                             (area * t_->world + s) * TOKEN_STRIDE), 4);
-    return entry;
+    return Gm<uint64_t>(c_.windows.Base(d) + (area * t_->world + s) * TOKEN_STRIDE, TOKEN_STRIDE);
   }
 
   // The token into `area` of this AIV's share of dies, then wait for theirs in this window.
+  // token_buf: the scalar writes, MTE3 sends.
   __aicore__ inline bool Meet(int64_t area, int64_t phase, int64_t me, int64_t n) {
-    LocalTensor<uint64_t> token = token_buf_.Get<uint64_t>();
-    Duplicate<uint64_t>(token, 0, TOKEN_STRIDE / 8);
+    const LocalTensor<uint64_t> token = token_buf_.Get<uint64_t>();
+    Sync<HardEvent::MTE3_S>();  // an earlier meeting's copies have read the token
     token.SetValue(0, nonce_);
     token.SetValue(1, epoch_);
+    token.SetValue(2, static_cast<uint64_t>(0));
+    token.SetValue(3, static_cast<uint64_t>(0));
+    Sync<HardEvent::S_MTE3>();
     for (int64_t d = me; d < t_->world; d += n) DataCopy(Entry(d, area, t_->rank), token, TOKEN_STRIDE / 8);
+    Sync<HardEvent::MTE3_MTE2>();  // the token to this die's own window has landed before it is polled
     for (int64_t s = me; s < t_->world; s += n) {
-      const GlobalTensor<uint64_t> entry = Entry(t_->rank, area, s);
-      if (!c_.Poll(phase, s, [&] { return entry.GetValue(0) == nonce_ && entry.GetValue(1) == epoch_; })) {
-        return false;
-      }
+      if (!c_.Poll(phase, s, WordsAre{&c_, Entry(t_->rank, area, s), nonce_, epoch_, 2})) return false;
     }
     return true;
   }
@@ -81,39 +83,45 @@ class PrepareKernel {
     const int64_t ends[] = {t_->disp_off, t_->disp_rec_off, t_->comb_off, t_->comb_rec_off,
                             t_->pair_off, t_->pair_rec_off, t_->slot_bytes};
     const ubep::WireFormat* marked[] = {nullptr, &rows, nullptr, &comb, nullptr, &pairs, nullptr};
-    LocalTensor<uint8_t> ub = fill_buf_.Get<uint8_t>();
-    GlobalTensor<uint8_t> dst;
+    const LocalTensor<uint8_t> ub = fill_buf_.Get<uint8_t>();
     int64_t piece = 0;
     for (int64_t run = 0; run < 7; ++run) {
       const int64_t begin = run == 0 ? 0 : ends[run - 1];
       bool pattern_ready = false;
       for (int64_t slot = 0; slot < 2; ++slot) {
-        uint8_t* base = c_.windows.Base(t_->rank) + t_->slots_off + slot * t_->slot_bytes;
+        GM_ADDR base = c_.windows.Base(t_->rank) + t_->slots_off + slot * t_->slot_bytes;
         for (int64_t off = begin; off < ends[run]; off += FILL_BYTES, ++piece) {
           if (piece % n != me) continue;
           if (!pattern_ready) Pattern(ub, sp ? marked[run] : nullptr);
           pattern_ready = true;
           const int64_t bytes = ends[run] - off < FILL_BYTES ? ends[run] - off : FILL_BYTES;
-          dst.SetGlobalBuffer(base + off, bytes);
-          DataCopy(dst, ub, bytes);
+          DataCopy(Gm<uint8_t>(base + off, bytes), ub, static_cast<uint32_t>(bytes));
         }
       }
     }
   }
 
-  // FILL_BYTES of zeros; with a format, its sentinel in the marker bytes of every block.
+  // FILL_BYTES of zeros; with a format, its sentinel in the marker bytes of every block. ub: V
+  // fills, the scalar marks, MTE3 copies out (MTE3 -> V before the next pattern).
   __aicore__ inline void Pattern(const LocalTensor<uint8_t>& ub, const ubep::WireFormat* marked) {
+    Sync<HardEvent::MTE3_V>();  // the previous run's copies have read ub
     Duplicate<int32_t>(ub.ReinterpretCast<int32_t>(), 0, FILL_BYTES / 4);
-    if (marked == nullptr) return;
-    for (int64_t b = 0; b < FILL_BYTES; b += BLOCK_BYTES) {
-      for (int64_t m = 0; m < marked->flag_bytes; ++m) ub.SetValue(b + m, ubep::sentinel_byte(*marked, m));
+    if (marked == nullptr) {
+      Sync<HardEvent::V_MTE3>();
+      return;
     }
+    Sync<HardEvent::V_S>();
+    const LocalTensor<uint32_t> w = ub.ReinterpretCast<uint32_t>();
+    const uint32_t s = SentinelWord(*marked);
+    for (int64_t b = 0; b < FILL_BYTES; b += BLOCK_BYTES) {
+      for (int64_t m = 0; m < marked->flag_bytes; m += 4) w.SetValue(static_cast<uint32_t>((b + m) / 4), s);
+    }
+    Sync<HardEvent::S_MTE3>();
   }
 
   const EpTiling* t_;
   Ctx c_;
   uint64_t nonce_, epoch_;
-  TPipe pipe_;
   TBuf<TPosition::VECCALC> fill_buf_, token_buf_;
 };
 
@@ -121,12 +129,14 @@ class PrepareKernel {
 
 // The UbepPrepare op's kernel (op_host/mc2/ubep_prepare_def.cpp): its input, its output (`scratch`,
 // zeroed by the caller), the framework's workspace (unused) and the tiling. The windows come from
-// the op's HCCL group.
+// the op's HCCL group. A MIX kernel type: its hard SyncAll needs the inter-core scheduling an
+// AIV_ONLY kernel does not get (A2/A3, SyncAll doc).
 extern "C" __global__ __aicore__ void ubep_prepare(GM_ADDR token, GM_ADDR scratch, GM_ADDR, GM_ADDR tiling) {
-  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIV_1_0);
   REGISTER_TILING_DEFAULT(ubep_ascend::EpOpTiling);
   GET_TILING_DATA_WITH_STRUCT(ubep_ascend::EpOpTiling, op_tiling, tiling);
+  AscendC::TPipe pipe;
   ubep_ascend::PrepareKernel op;
-  op.Init(token, scratch, &op_tiling.ep);
+  op.Init(token, scratch, &op_tiling.ep, &pipe);
   op.Process();
 }

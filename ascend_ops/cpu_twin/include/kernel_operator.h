@@ -22,10 +22,17 @@
 //   group registered (cpu_twin/hccl_group.h); the runtime fills it on an NPU.
 // - The op-project macros (KERNEL_TASK_TYPE_DEFAULT, REGISTER_TILING_DEFAULT,
 //   GET_TILING_DATA_WITH_STRUCT) declare nothing here; the last copies the tiling from GM into a
-//   local struct, as on the AIV.
-// - Cast with RoundMode::CAST_RINT rounds to nearest even; CAST_NONE is for exact widenings.
+//   local struct, as on the AIV. KERNEL_TASK_TYPE_DEFAULT records the kernel type: a hard SyncAll
+//   in a KERNEL_TYPE_AIV_ONLY kernel aborts (A2/A3: no inter-core scheduling for AIV_ONLY).
+// - Cast with RoundMode::CAST_RINT rounds to nearest even; CAST_NONE is for exact widenings. A2/A3
+//   have no float -> float conversion but round-to-integral, so Cast<float, float> does not compile.
+// - Pipes are not modelled: the twin runs every operation at once, in program order. SetFlag /
+//   WaitFlag<HardEvent> and PipeBarrier are fences; the strict twin (cpu_twin/strict/) checks them.
+// - LocalTensor::GetPhyAddr() is an integer, as on the chip (a UB offset there, the address here):
+//   kernels reach UB only through GetValue/SetValue and the vector and DMA operations.
 #pragma once
 
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cstdint>
@@ -43,10 +50,24 @@
 #define __aicore__
 #define __global__
 #define __gm__
-using GM_ADDR = uint8_t*;
+// A macro, as in the toolkit: `GM_ADDR a, b;` declares one pointer, as it would on the chip.
+#define GM_ADDR __gm__ uint8_t*
 
-enum KernelType { KERNEL_TYPE_AIV_ONLY };
-#define KERNEL_TASK_TYPE_DEFAULT(type) static_cast<void>(type)
+// The toolkit's kernel types (A2/A3: kernel_utils_macros.h:88-100).
+enum KernelMetaType : uint8_t {
+  KERNEL_TYPE_AIV_ONLY,
+  KERNEL_TYPE_AIC_ONLY,
+  KERNEL_TYPE_MIX_AIV_1_0,
+  KERNEL_TYPE_MIX_AIC_1_0,
+  KERNEL_TYPE_MIX_AIC_1_1,
+  KERNEL_TYPE_MIX_AIC_1_2,
+  KERNEL_TYPE_AICORE,
+  KERNEL_TYPE_VECTORCORE,
+  KERNEL_TYPE_MIX_AICORE,
+  KERNEL_TYPE_MIX_VECTOR_CORE,
+  KERNEL_TYPE_MAX,
+};
+#define KERNEL_TASK_TYPE_DEFAULT(type) (AscendC::twin::core.kernel_type = (type))
 #define REGISTER_TILING_DEFAULT(tiling_struct) static_assert(sizeof(tiling_struct) > 0)
 #define GET_TILING_DATA_WITH_STRUCT(tiling_struct, name, tiling_gm) \
   tiling_struct name;                                             \
@@ -59,6 +80,7 @@ struct bfloat16_t {
 };
 
 enum pipe_t { PIPE_S, PIPE_V, PIPE_MTE2, PIPE_MTE3, PIPE_ALL };
+enum event_t : int32_t { EVENT_ID0 = 0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
 
 namespace AscendC {
 
@@ -74,6 +96,7 @@ struct Core {
   bool atomic_float = false;
   std::unique_ptr<uint8_t[]> ub{new uint8_t[UB_BYTES]};
   int64_t ub_used = 0;
+  int kernel_type = KERNEL_TYPE_MAX;  // KERNEL_TYPE_MAX: none declared (the compiler infers it)
 };
 inline thread_local Core core;
 
@@ -170,6 +193,7 @@ inline void launch(int64_t block_dim, const std::function<void()>& fn) {
       core.all = &all;
       core.ub_used = 0;
       core.atomic_add = 0;
+      core.kernel_type = KERNEL_TYPE_MAX;
       fn();
     });
   }
@@ -192,15 +216,40 @@ __aicore__ inline __gm__ uint8_t* __gm__ GetHcclContext(void) {
 inline int64_t GetBlockIdx() { return twin::core.block_idx; }
 inline int64_t GetBlockNum() { return twin::core.block_num; }
 
+// Kernels read it once per unsuccessful poll; the twin yields there so that the AIV threads of W
+// dies can share a few CPUs.
 inline int64_t GetSystemCycle() {
   using namespace std::chrono;
+  std::this_thread::yield();
   return duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count() / 20;
 }
 
 // Barrier across every AIV of the launch (isAIVOnly: the kernels are AIV-only).
 template <bool isAIVOnly = true>
 inline void SyncAll() {
+  if (twin::core.kernel_type == KERNEL_TYPE_AIV_ONLY) {
+    twin::fail("SyncAll in a KERNEL_TYPE_AIV_ONLY kernel: inter-core sync needs a MIX kernel type (A2/A3)");
+  }
   twin::core.all->arrive_and_wait();
+}
+
+// <src>_<dst>: dst waits for src (A2/A3: kernel_event.h:38-80); the values are the toolkit's order.
+enum class HardEvent : uint8_t {
+  MTE2_MTE1, MTE1_MTE2, MTE1_M, M_MTE1, MTE2_V, V_MTE2, MTE3_V, V_MTE3, M_V, V_M, V_V, MTE3_MTE1, MTE1_MTE3,
+  MTE1_V, MTE2_M, M_MTE2, V_MTE1, M_FIX, FIX_M, MTE3_MTE2, MTE2_MTE3, S_V, V_S, S_MTE2, MTE2_S, S_MTE3, MTE3_S,
+  MTE2_FIX, FIX_MTE2, FIX_S, M_S, FIX_MTE3, MTE1_FIX, FIX_MTE1, FIX_FIX, MAX,
+};
+
+// Fences here (operations run at once); ids 0-7 as on A2/A3.
+template <HardEvent event>
+inline void SetFlag(int32_t eventID) {
+  if (eventID < 0 || eventID > 7) twin::fail("SetFlag: event ids are 0-7");
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+template <HardEvent event>
+inline void WaitFlag(int32_t eventID) {
+  if (eventID < 0 || eventID > 7) twin::fail("WaitFlag: event ids are 0-7");
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 template <pipe_t pipe>
@@ -241,14 +290,17 @@ class LocalTensor {
   LocalTensor() = default;
   LocalTensor(T* addr, uint32_t size) : addr_(addr), size_(size) {}
   T GetValue(uint32_t i) const { return addr_[i]; }
-  void SetValue(uint32_t i, T v) const { addr_[i] = v; }
+  template <typename S>
+  void SetValue(uint32_t i, S v) const { addr_[i] = static_cast<T>(v); }
   LocalTensor operator[](uint32_t off) const { return LocalTensor(addr_ + off, size_ - off); }
   template <typename U>
   LocalTensor<U> ReinterpretCast() const {
     return LocalTensor<U>(reinterpret_cast<U*>(addr_), size_ * sizeof(T) / sizeof(U));
   }
-  T* GetPhyAddr() const { return addr_; }
+  uint64_t GetPhyAddr() const { return reinterpret_cast<uintptr_t>(addr_); }
+  uint64_t GetPhyAddr(uint32_t offset) const { return reinterpret_cast<uintptr_t>(addr_ + offset); }
   uint32_t GetSize() const { return size_; }
+  T* TwinAddr() const { return addr_; }  // the twin's own access to the bytes
 
  private:
   T* addr_ = nullptr;
@@ -267,7 +319,7 @@ class TQue {
     return LocalTensor<T>(reinterpret_cast<T*>(p), static_cast<uint32_t>(len_ / sizeof(T)));
   }
   template <typename T>
-  void EnQue(const LocalTensor<T>& t) { held_ = t.GetPhyAddr(); }
+  void EnQue(const LocalTensor<T>& t) { held_ = t.TwinAddr(); }
   template <typename T>
   LocalTensor<T> DeQue() {
     return LocalTensor<T>(reinterpret_cast<T*>(held_), static_cast<uint32_t>(len_ / sizeof(T)));
@@ -322,7 +374,7 @@ class TPipe {
 template <typename T>
 void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t count) {
   if ((count * sizeof(T)) % 32) twin::fail("DataCopy GM->UB: length not a multiple of 32 bytes");
-  twin::gm_load(reinterpret_cast<uint8_t*>(dst.GetPhyAddr()),
+  twin::gm_load(reinterpret_cast<uint8_t*>(dst.TwinAddr()),
                 reinterpret_cast<const uint8_t*>(src.GetPhyAddr()), count * sizeof(T));
 }
 
@@ -331,16 +383,16 @@ void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t co
   if ((count * sizeof(T)) % 32) twin::fail("DataCopy UB->GM: length not a multiple of 32 bytes");
   if (twin::core.atomic_add) {
     if (twin::core.atomic_add != sizeof(T)) twin::fail("SetAtomicAdd type differs from DataCopy's");
-    twin::gm_atomic_add(dst.GetPhyAddr(), src.GetPhyAddr(), count);
+    twin::gm_atomic_add(dst.GetPhyAddr(), src.TwinAddr(), count);
     return;
   }
   twin::gm_store(reinterpret_cast<uint8_t*>(dst.GetPhyAddr()),
-                 reinterpret_cast<const uint8_t*>(src.GetPhyAddr()), count * sizeof(T));
+                 reinterpret_cast<const uint8_t*>(src.TwinAddr()), count * sizeof(T));
 }
 
 template <typename T>
 void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint32_t count) {
-  std::memmove(dst.GetPhyAddr(), src.GetPhyAddr(), count * sizeof(T));
+  std::memmove(dst.TwinAddr(), src.TwinAddr(), count * sizeof(T));
 }
 
 struct DataCopyExtParams {
@@ -364,7 +416,7 @@ struct DataCopyPadExtParams {
 template <typename T>
 void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p) {
   for (uint16_t b = 0; b < p.blockCount; ++b) {
-    const auto* s = reinterpret_cast<const uint8_t*>(src.GetPhyAddr()) + b * ((p.blockLen + 31) / 32 * 32 + 32 * p.srcStride);
+    const auto* s = reinterpret_cast<const uint8_t*>(src.TwinAddr()) + b * ((p.blockLen + 31) / 32 * 32 + 32 * p.srcStride);
     auto* d = reinterpret_cast<uint8_t*>(dst.GetPhyAddr()) + b * (p.blockLen + p.dstStride);
     twin::gm_store(d, s, p.blockLen);
   }
@@ -375,7 +427,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
                  const DataCopyPadExtParams<T>&) {
   for (uint16_t b = 0; b < p.blockCount; ++b) {
     const auto* s = reinterpret_cast<const uint8_t*>(src.GetPhyAddr()) + b * (p.blockLen + p.srcStride);
-    auto* d = reinterpret_cast<uint8_t*>(dst.GetPhyAddr()) + b * ((p.blockLen + 31) / 32 * 32 + 32 * p.dstStride);
+    auto* d = reinterpret_cast<uint8_t*>(dst.TwinAddr()) + b * ((p.blockLen + 31) / 32 * 32 + 32 * p.dstStride);
     twin::gm_load(d, s, p.blockLen);
   }
 }
@@ -426,23 +478,30 @@ template <> inline bfloat16_t from_float<bfloat16_t>(float v) {
 
 template <typename D, typename S>
 void Cast(const LocalTensor<D>& dst, const LocalTensor<S>& src, RoundMode, uint32_t count) {
+  static_assert(!(std::is_same_v<D, float> && std::is_same_v<S, float>),
+                "Cast<float, float> rounds to an integer on A2/A3 (CAST_NONE issues nothing): use the rows as they are");
   for (uint32_t i = 0; i < count; ++i) {
-    dst.GetPhyAddr()[i] = twin::from_float<D>(twin::to_float(src.GetPhyAddr()[i]));
+    dst.TwinAddr()[i] = twin::from_float<D>(twin::to_float(src.TwinAddr()[i]));
   }
 }
 
 // Vector float ops: each result rounds separately (no fused multiply-add; build with
 // -ffp-contract=off).
 inline void Muls(const LocalTensor<float>& dst, const LocalTensor<float>& src, float s, uint32_t count) {
-  for (uint32_t i = 0; i < count; ++i) dst.GetPhyAddr()[i] = src.GetPhyAddr()[i] * s;
+  for (uint32_t i = 0; i < count; ++i) dst.TwinAddr()[i] = src.TwinAddr()[i] * s;
 }
 inline void Add(const LocalTensor<float>& dst, const LocalTensor<float>& a, const LocalTensor<float>& b,
                 uint32_t count) {
-  for (uint32_t i = 0; i < count; ++i) dst.GetPhyAddr()[i] = a.GetPhyAddr()[i] + b.GetPhyAddr()[i];
+  for (uint32_t i = 0; i < count; ++i) dst.TwinAddr()[i] = a.TwinAddr()[i] + b.TwinAddr()[i];
 }
+// A2/A3 Duplicate types only (dav_c220 static_assert): no 8-bit or 64-bit forms.
 template <typename T>
 void Duplicate(const LocalTensor<T>& dst, T v, uint32_t count) {
-  for (uint32_t i = 0; i < count; ++i) dst.GetPhyAddr()[i] = v;
+  static_assert(std::is_same_v<T, half> || std::is_same_v<T, bfloat16_t> || std::is_same_v<T, int16_t> ||
+                    std::is_same_v<T, uint16_t> || std::is_same_v<T, int32_t> || std::is_same_v<T, uint32_t> ||
+                    std::is_same_v<T, float>,
+                "Duplicate: A2/A3 support half, bfloat16_t, int16_t, uint16_t, int32_t, uint32_t, float");
+  for (uint32_t i = 0; i < count; ++i) dst.TwinAddr()[i] = v;
 }
 
 }  // namespace AscendC
