@@ -74,3 +74,15 @@ def test_without_the_address_spaces_the_bad_cases_compile():
         done = subprocess.run([cxx, "-std=c++20", "-fsyntax-only", f"-I{STRICT}", f"-D{case}", str(KERNEL)],
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
+
+
+KERNELS = sorted((ROOT / "ascend_ops" / "op_kernel").glob("*_kernel.cpp"))
+KERNEL_INCLUDES = [STRICT, ROOT / "ascend_ops" / "op_kernel", ROOT / "ascend_ops" / "op_host",
+                   ROOT / "scheduler" / "include"]
+
+
+def test_the_kernels_keep_their_address_spaces():
+    """Every GM address in the dispatch, combine and prepare kernels stays ``__gm__``, and no UB
+    offset is used as a pointer: the kernels parse without an error in the address-space mode."""
+    assert [k.name for k in KERNELS] == ["combine_kernel.cpp", "dispatch_kernel.cpp", "prepare_kernel.cpp"]
+    assert address_space_errors(KERNELS, KERNEL_INCLUDES, defines=["UBEP_CPU_TWIN"]) == []

@@ -19,9 +19,10 @@ from ubep.config import DTYPES, LAYOUTS, REDUCTIONS, SYNC_MODES, EPConfig, least
 
 BACKENDS = ("auto", "reference", "cuda", "ascend")
 # Each backend's sync mode when none is asked for. On an NPU only `sw` rests on documented
-# guarantees alone (a flag written after a barrier); `tff`, `sp` and `dc` also need a tear-free
-# 512-byte write, which no CANN document states (docs/ASCEND.md, "What each mode assumes"). On
-# NVLink the 128-byte blocks `tff` needs were measured whole (docs/PROTOCOL.md).
+# guarantees alone (a flag written after a barrier); `tff` and `sp` also need a tear-free 512-byte
+# write and `dc` wrapping int32 atomic adds, neither of which a CANN document states (docs/ASCEND.md,
+# "What each mode assumes"). On NVLink the 128-byte blocks `tff` needs were measured whole
+# (docs/PROTOCOL.md).
 DEFAULT_SYNC = {"reference": "tff", "cuda": "tff", "ascend": "sw"}
 
 
@@ -151,7 +152,7 @@ class Buffer:
             (stop-and-wait), ``"tff"`` (token-flag fusion), ``"dc"`` (data checksum) or ``"sp"``
             (sentinel polling). Results are identical in every mode; the reference ignores it.
             ``None``: the backend's default (``DEFAULT_SYNC``: ``tff`` on cuda, ``sw`` on ascend,
-            where the other modes assume a tear-free 512-byte write: ask for them to opt in).
+            where the other modes rest on behaviour no CANN document states: ask for them to opt in).
         device: where tensors live; by default derived from the group (gloo: CPU, NCCL: CUDA).
         timeout_s: how long any collective may wait for peers before raising ``EPCommError``.
         check_inputs: also check index values (range, duplicates); costs one host

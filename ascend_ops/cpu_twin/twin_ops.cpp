@@ -1,5 +1,5 @@
 // The CPU implementation of torch.ops.ubep_ascend: the Ascend C kernels compiled by g++ against the
-// twin (cpu_twin/include/kernel_operator.h) and launched with one thread per AIV. Each rank
+// strict twin (cpu_twin/strict/kernel_operator.h) and launched with one thread per AIV. Each rank
 // process is one die; the windows are shared mappings every die process maps, one per die for the
 // life of the process group and of HCCL_BUFFSIZE MB, as HCCL's windowsIn; each launch builds the
 // twin's HCCL group over them (hccl_group.h) so that the kernels find them as they do on an NPU,
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ep_op_tiling.h"
+#include "op_tiling.h"
 #include "ep_ops.h"
 #include "hccl_group.h"
 #include "kernel_operator.h"
@@ -40,8 +40,8 @@ at::Tensor OpTiling(const EpTiling& t) {
 }
 
 // The group's windows as the twin's HCCL group needs them: every die's base and the window size,
-// which the mappings give (each one window of the group's size and its lock table). The layer's
-// window must fit, as HCCL's windowsIn must hold it on an NPU.
+// which the mappings give (each one window of the group's size and the twin's tables after it).
+// The layer's window must fit, as HCCL's windowsIn must hold it on an NPU.
 struct GroupWindows {
   std::vector<uint8_t*> bases;
   int64_t bytes;
@@ -71,7 +71,7 @@ void LaunchInGroup(const std::string& group, at::TensorList windows, const EpTil
   const GroupWindows w = WindowsOf(windows, t);
   TwinHcclGroup hccl(group, t.rank, w.bases, w.bytes);
   const at::Tensor tiling = OpTiling(t);
-  AscendC::twin::launch(n_workers, [&] { kernel(Gm(tiling)); });
+  AscendC::twin::launch(n_workers, [&] { kernel(Gm(tiling)); }, t.rank);
 }
 
 struct TwinLaunch {
@@ -120,7 +120,8 @@ at::Tensor PrepareCpu(const at::Tensor& token, at::TensorList windows, std::stri
 }
 
 // Bytes of one die's mapping: a window of HCCL_BUFFSIZE MB (hccl_buffsize: the variable's value,
-// absent when unset), the size HCCL gives every window of a group on an NPU, and its lock table.
+// absent when unset), the size HCCL gives every window of a group on an NPU, and the twin's tables
+// after it (chunk locks, the cross-core publication stamps: cpu_twin/strict/twin/windows.h).
 int64_t TwinMappingBytes(std::optional<std::string_view> hccl_buffsize) {
   const std::string value(hccl_buffsize.value_or(""));
   const int64_t mb = HcclBuffsizeMb(hccl_buffsize ? value.c_str() : nullptr);

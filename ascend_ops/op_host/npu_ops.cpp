@@ -4,9 +4,9 @@
 // (csrc/aclnn_torch_adapter/op_api_common.h): the functions found in the installed package's
 // libcust_opapi.so, GetWorkspaceSize (the op's host tiling) on the calling thread, the launch an
 // at_npu::native::OpCommand custom handler in torch_npu's task queue, never on the raw stream (the
-// outputs' at::zeros are queued there too, and a launch beside the queue may overtake them, STUDY P3).
-// No host synchronization: the status words go back as a tensor (ep_ops.h). Never compiled or run
-// here (no CANN).
+// outputs' at::zeros are queued there too, and a launch beside the queue may overtake them). No host
+// synchronization: the status words go back as a tensor (ep_ops.h). Never compiled or run here (no
+// CANN).
 #include <dlfcn.h>
 #include <torch/library.h>
 

@@ -21,7 +21,7 @@
 // dispatch's recv_rows, recv_pair_weights, recv_pair_base, recv_counts. Output y [T, H] (PAIRS:
 // [T, K] fp32).
 #include "ep_common.h"
-#include "ep_op_tiling.h"
+#include "op_tiling.h"
 #include "ep_routing.h"
 
 namespace ubep_ascend {

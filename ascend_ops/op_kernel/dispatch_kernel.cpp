@@ -23,7 +23,7 @@
 // recv_counts [W, 2] int32 (tokens, pairs from each source).
 #include "ep_common.h"
 #include "ep_map.h"
-#include "ep_op_tiling.h"
+#include "op_tiling.h"
 #include "ep_routing.h"
 
 namespace ubep_ascend {

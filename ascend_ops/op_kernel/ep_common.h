@@ -1,7 +1,7 @@
 // What the dispatch and combine kernels share: the call's context (status, group counters, bounded
 // waits, window addressing), count messages, batch records, and sending and taking one wire row.
 //
-// Memory rules (A2/A3; STUDY 2.7):
+// Memory rules (A2/A3; docs/ASCEND.md, "The scalar data cache"):
 // - The scalar unit neither reads nor writes GM that another AIV, die or DMA also touches: each
 //   AIV's DCache is private and write-back per 64-byte line, and DMA bypasses it. Such GM moves by
 //   DataCopy through UB (MTE2 in, then MTE2 -> S before GetValue; S -> MTE3 after SetValue, then

@@ -1,10 +1,11 @@
 // Ordering inside one AIV. Its pipes (S: the scalar unit and LocalTensor GetValue/SetValue; V:
 // vector ops; MTE2: GM -> UB copies; MTE3: UB -> GM copies) run asynchronously: an operation may
 // still read or write its UB or GM bytes when a later operation of another pipe starts, and one of
-// the same pipe may start before the earlier one finished (A2/A3, STUDY 2.1-2.2). So every UB
-// buffer that passes from one pipe to another is handed over with a flag, Sync<SRC_DST>(): SetFlag
-// runs on SRC once SRC's earlier operations completed, WaitFlag holds DST until then. Dependent
-// operations of one pipe are separated by PipeBarrier<pipe>.
+// the same pipe may start before the earlier one finished (docs/ASCEND.md, "Pipes and
+// synchronization on A2/A3"). So every UB buffer that passes from one pipe to another is handed
+// over with a flag, Sync<SRC_DST>(): SetFlag runs on SRC once SRC's earlier operations completed,
+// WaitFlag holds DST until then. Dependent operations of one pipe are separated by
+// PipeBarrier<pipe>.
 //
 // Sync is the MC2 kernels' SyncFunc: set and wait at once. Each event uses one fixed id (ids 0-5
 // are the user's on A2/A3); no flag stays set across calls and the kernels own no TQue, so no

@@ -166,25 +166,4 @@ __aicore__ inline bool RowArrived(const ubep::WireFormat& f, const LocalTensor<u
   return true;
 }
 
-#ifndef __CCE_AICORE__
-// Host checks (cpu_twin/tests/test_twin.cpp) pass plain buffers: these wrap them as the twin's UB
-// tensors and run the code above. Templates, so that nothing here is instantiated unless called.
-template <typename B>
-inline LocalTensor<B> HostUb(const B* p, int64_t n) {
-  return LocalTensor<B>(const_cast<B*>(p), static_cast<uint32_t>(n));
-}
-template <typename B>
-inline bool EncodeRow(const ubep::WireFormat& f, const B* row, int64_t r, uint64_t epoch, B* wire, uint32_t* lanes) {
-  return EncodeRow(f, HostUb(row, f.row_bytes()), r, epoch, HostUb(wire, f.row_stride()), lanes);
-}
-template <typename B>
-inline void DecodeRow(const ubep::WireFormat& f, B* wire, int64_t r, uint64_t epoch, B* row) {
-  DecodeRow(f, HostUb(wire, f.row_stride()), r, epoch, HostUb(row, f.row_bytes()));
-}
-template <typename B>
-inline bool RowArrived(const ubep::WireFormat& f, const B* wire, uint64_t epoch) {
-  return RowArrived(f, HostUb(wire, f.row_stride()), epoch);
-}
-#endif
-
 }  // namespace ubep_ascend

@@ -18,7 +18,7 @@
 // Input: token [2] int64 (the group's nonce, this preparation's epoch); output: scratch (status
 // words and counters).
 #include "ep_common.h"
-#include "ep_op_tiling.h"
+#include "op_tiling.h"
 
 namespace ubep_ascend {
 

@@ -108,7 +108,7 @@ def hccl_windows(pg, device, rank: int, nonce: int) -> GroupWindows:
 
 
 def twin_windows(cfg: EPConfig, group: dist.ProcessGroup | None, nonce: int) -> GroupWindows:
-    """One ``/dev/shm`` window per die of ``HCCL_BUFFSIZE`` MB (and the twin's lock table), mapped by
+    """One ``/dev/shm`` window per die of ``HCCL_BUFFSIZE`` MB (and the twin's tables after it), mapped by
     every die; sparse, so only the bytes the layers touch take memory. The files start zeroed, but like
     HCCL's they are prepared before a layer's first call."""
     nbytes = torch.ops.ubep_ascend.twin_mapping_bytes(os.environ.get("HCCL_BUFFSIZE"))

@@ -1,6 +1,6 @@
 // The strict CPU twin of the Ascend C API subset the ubep kernels use, for A2/A3 (NPU arch 2201).
-// Kernels include it as "kernel_operator.h" (put this directory on the include path instead of
-// cpu_twin/include); with CANN they include the toolkit's. It fails where the chip would:
+// Kernels include it as "kernel_operator.h" (this directory on the include path); with CANN they
+// include the toolkit's. It fails where the chip would:
 // - real signatures, types and dtype limits (twin/types.h, tensor.h, data_copy.h, vector.h);
 //   LocalTensor::GetPhyAddr() is a UB offset, as on the chip;
 // - four asynchronous pipes per AIV (S, V, MTE2, MTE3) with a happens-before race checker:

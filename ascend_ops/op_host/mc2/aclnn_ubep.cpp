@@ -3,7 +3,8 @@
 // A3 MC2 op does whose kernels drive the windows themselves with DataCopy (ops-transformer
 // aclnn_moe_distribute_dispatch.cpp:148-159; vllm-ascend aclnn_dispatch_ffn_combine.cpp:73-80, always
 // MTE). NnopbaseSetHcclServerType is weak because older nnopbase libraries lack it; it is then skipped,
-// as they skip it. GUESS (STUDY P2): without MTE, HCCL would prepare the group for an AICPU server.
+// as they skip it. GUESS: without MTE, HCCL would prepare the group for an AICPU server
+// (docs/ASCEND.md, "Hardware and toolkit assumptions (host and communication side)").
 #include "aclnn_ubep.h"
 
 extern "C" {

@@ -47,7 +47,8 @@ inline ops::OpAICoreConfig AiCoreConfig() {
 
 // Empty shape and dtype inference, as vllm-ascend registers for its MC2 op (dispatch_ffn_combine_proto.cpp,
 // there with IMPL_OP_INFERSHAPE; here through the OpDef, as the CANN custom-op samples do): eager aclnn
-// calls get their outputs from the caller; a GE graph would need real ones (STUDY P7).
+// calls get their outputs from the caller; a GE graph would need real ones (docs/ASCEND.md,
+// "Communication the MC2 way").
 inline ge::graphStatus InferShapeNone(gert::InferShapeContext*) { return ge::GRAPH_SUCCESS; }
 inline ge::graphStatus InferDataTypeNone(gert::InferDataTypeContext*) { return ge::GRAPH_SUCCESS; }
 

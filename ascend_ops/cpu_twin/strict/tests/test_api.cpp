@@ -1,6 +1,7 @@
-// The API's types, data rules and kernel-level rules on A2/A3 (STUDY 1, 2.5): GetPhyAddr as a UB
-// offset, DataCopy/DataCopyPad alignment and layout, Cast rounding, vector operand rules, the
-// kernel type and SyncAll, the tiling macro and the launch queries.
+// The API's types, data rules and kernel-level rules on A2/A3 (docs/ASCEND.md, "The Ascend C API
+// the kernels use"): GetPhyAddr as a UB offset, DataCopy/DataCopyPad alignment and layout, Cast
+// rounding, vector operand rules, the kernel type and SyncAll, the tiling macro and the launch
+// queries.
 #include <chrono>
 #include <cmath>
 #include <csignal>

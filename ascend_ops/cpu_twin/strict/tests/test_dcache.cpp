@@ -1,5 +1,5 @@
-// The per-AIV scalar data cache (STUDY 2.7): write-back, whole-line clean, no coherence, and the
-// checks that turn its silent failures on the chip into reports.
+// The per-AIV scalar data cache (docs/ASCEND.md, "The scalar data cache"): write-back, whole-line
+// clean, no coherence, and the checks that turn its silent failures on the chip into reports.
 #include <cstdlib>
 
 #include "harness.h"

@@ -1,5 +1,6 @@
-// The race checker: each ordering rule of one AIV's pipes fires without its sync and passes with
-// it (STUDY 2.1-2.4, 2.8): flags, PipeBarrier, TQue events, auto-sync, atomics, soft SyncAll.
+// The race checker: each ordering rule of one AIV's pipes fires without its sync and passes with it
+// (docs/ASCEND.md, "Pipes and synchronization on A2/A3"): flags, PipeBarrier, TQue events,
+// auto-sync, atomics, soft SyncAll.
 #include <cstdlib>
 
 #include "harness.h"

@@ -1,5 +1,6 @@
-// TQue / TQueBind / TBuf: a queue's events order exactly its own pair of pipes (STUDY 2.4), and
-// the TPipe's buffer and event bookkeeping fails where the chip would hang or misbehave.
+// TQue / TQueBind / TBuf: a queue's events order exactly its own pair of pipes (docs/ASCEND.md,
+// "Pipes and synchronization on A2/A3"), and the TPipe's buffer and event bookkeeping fails where
+// the chip would hang or misbehave.
 #include <cstdlib>
 
 #include "harness.h"

@@ -1,4 +1,5 @@
-// Happens-before among one AIV's four pipes, as vector clocks (STUDY 2.1-2.2).
+// Happens-before among one AIV's four pipes, as vector clocks (docs/ASCEND.md, "Pipes and
+// synchronization on A2/A3").
 //
 // Every operation is issued to one pipe and numbered there (C[p], from 1). K[p][q] says that the
 // pipe p's next operations start only after q's operations 1..K[p][q] completed. Ordering comes
@@ -40,7 +41,7 @@ struct Clocks {
     for (int p = 0; p < kPipes; ++p) std::memcpy(K[p], C, sizeof C);
   }
   // --cce-auto-sync=on around a tensor accessor on S: S waits for V/MTE2/MTE3 before it and they
-  // wait for S after it (STUDY 2.3).
+  // wait for S after it (docs/ASCEND.md, "Pipes and synchronization on A2/A3").
   void AutoSyncBefore() {
     for (int q = kV; q < kPipes; ++q) K[kS][q] = C[q];
   }

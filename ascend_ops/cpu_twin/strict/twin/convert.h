@@ -1,4 +1,4 @@
-// Cast's conversions on A2/A3 (STUDY 1.6; Cast.md tables for A2 and A3; precision_conversion.md):
+// Cast's conversions on A2/A3 (Cast.md tables for A2 and A3; precision_conversion.md):
 // the (dst, src) pairs and round modes the chip has, and their rounding. The exact source value
 // is taken as a long double (64-bit mantissa: exact for every source type) and rounded once.
 // - CAST_RINT: nearest, ties to even; FLOOR/CEIL/TRUNC: toward -inf/+inf/0; ROUND: nearest, ties

@@ -15,6 +15,7 @@
 #include "clocks.h"
 #include "dcache.h"
 #include "shadow.h"
+#include "xcore.h"
 
 namespace AscendC {
 namespace twin {
@@ -30,6 +31,8 @@ struct Launch {
   std::atomic<int> kernel_type{-1};  // -1: no KERNEL_TASK_TYPE_DEFAULT, the compiler infers it
   std::atomic<int64_t> ended{0};      // AIVs past the end of the kernel
   std::atomic<int64_t> spinning{0};   // AIVs polling in a soft SyncAll
+  uint64_t serial = 0;                // this process's launch number (xcore.h)
+  std::vector<uint64_t> dies_ended;   // every die's last ended launch as this one started (xcore.h)
 
   // A hard SyncAll: every AIV of the launch must come; one that ends the kernel instead would
   // leave the others waiting forever on the chip.
@@ -68,6 +71,7 @@ class Core final : public DCacheHooks {
  public:
   Core(int64_t idx, Launch* l) : block_idx(idx), launch(l), ub_(new uint8_t[TOTAL_UB_SIZE]), ub_shadow_(TOTAL_UB_SIZE) {
     std::memset(ub_.get(), 0xA5, TOTAL_UB_SIZE);  // UB starts with garbage on the chip, not zeros
+    pub.Start(die_rank, idx, l->serial, &l->dies_ended);
   }
 
   const int64_t block_idx;
@@ -81,6 +85,7 @@ class Core final : public DCacheHooks {
   const char* atomic_type = "";
   void (*atomic_add)(uint8_t* gm, const uint8_t* ub, int64_t count) = nullptr;
   int64_t soft_syncs = 0;      // soft SyncAll calls so far
+  Publication pub;             // its MTE3 writes' stamps and what its MTE2 reads saw (xcore.h)
 
   Op Begin(int pipe, const char* api, const Loc& loc) { return Begin(pipe, Sites::Intern(api, loc)); }
   Op Begin(int pipe, uint32_t site) {
@@ -110,6 +115,7 @@ class Core final : public DCacheHooks {
   }
 
   void BarrierAll() {
+    pub.Fence();
     clocks.BarrierAll();
     gm_shadow_.Clear();
   }
@@ -118,7 +124,10 @@ class Core final : public DCacheHooks {
   // it against V/MTE2/MTE3 on both sides.
   template <class F>
   void ScalarAccessor(F&& f) {
-    if (AutoSync()) clocks.AutoSyncBefore();
+    if (AutoSync()) {
+      clocks.AutoSyncBefore();
+      pub.Fence();  // the compiler's wait of S for MTE3 is an MTE3-sourced flag
+    }
     f();
     if (AutoSync()) clocks.AutoSyncAfter();
   }

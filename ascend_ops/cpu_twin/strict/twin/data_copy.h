@@ -1,6 +1,7 @@
-// DataCopy and DataCopyPad between GM and UB (STUDY 1.5): GM->UB on PIPE_MTE2, UB->GM on
-// PIPE_MTE3, UB->UB on PIPE_V (asc_copy_ub2ub: "流水类型 PIPE_V"). Each copy checks the A2/A3
-// rules, records its UB and GM bytes with the race checker, then moves the data.
+// DataCopy and DataCopyPad between GM and UB (docs/ASCEND.md, "The Ascend C API the kernels use"):
+// GM->UB on PIPE_MTE2, UB->GM on PIPE_MTE3, UB->UB on PIPE_V (asc_copy_ub2ub: "流水类型 PIPE_V").
+// Each copy checks the A2/A3 rules, records its UB and GM bytes with the race checker, then moves
+// the data.
 // - DataCopy: UB address 32-byte aligned, GM address aligned to sizeof(T), count * sizeof(T) a
 //   multiple of 32 (the NPU silently rounds down; the twin aborts). DataCopyParams: blockLen and
 //   both gaps in 32-byte blocks.
@@ -106,7 +107,11 @@ inline void CopyIn(Core& c, const Op& op, const std::vector<Block>& blocks, uint
     c.Gm(op, b.gm, b.bytes, false);
     c.Ub(op, b.ub, ub_bytes, true);
   }
-  for (const Block& b : blocks) gm_load(c.UbPtr(b.ub), reinterpret_cast<const uint8_t*>(b.gm), b.bytes);
+  std::vector<Seen>& seen = c.pub.Scratch();
+  for (const Block& b : blocks) {
+    GmRead(c.UbPtr(b.ub), reinterpret_cast<const uint8_t*>(b.gm), static_cast<int64_t>(b.bytes), seen);
+  }
+  c.pub.CheckRead(op.site, seen);  // the cross-core publication check (xcore.h)
 }
 
 // UB -> GM (MTE3), adding if SetAtomicAdd is on.
@@ -123,13 +128,10 @@ void CopyOut(Core& c, Op op, const std::vector<Block>& blocks) {
     c.Ub(op, b.ub, b.bytes, false);
     c.Gm(op, b.gm, b.bytes, true);
   }
+  const Stamp st = c.pub.NextWrite(op.site);  // one MTE3 write, whatever its blocks (xcore.h)
   for (const Block& b : blocks) {
-    uint8_t* gm = reinterpret_cast<uint8_t*>(b.gm);
-    if (c.atomic_bytes) {
-      c.atomic_add(gm, c.UbPtr(b.ub), static_cast<int64_t>(b.bytes / sizeof(T)));
-    } else {
-      gm_store(gm, c.UbPtr(b.ub), static_cast<int64_t>(b.bytes));
-    }
+    GmWrite(c.pub, st, reinterpret_cast<uint8_t*>(b.gm), c.UbPtr(b.ub), static_cast<int64_t>(b.bytes),
+            c.atomic_bytes ? c.atomic_add : nullptr, sizeof(T));
   }
 }
 

@@ -1,4 +1,4 @@
-// DataCopyPad, both directions (STUDY 1.5; DataCopyPad（GMToUB/UBToGM非对齐数据搬运）.md). In UB
+// DataCopyPad, both directions (DataCopyPad（GMToUB/UBToGM非对齐数据搬运）.md). In UB
 // every block takes leftPadding elements, blockLen bytes, rightPadding elements, rounded up to
 // 32 bytes ("dummy"). The padding is paddingValue when isPad, else unspecified ("random", the twin
 // writes 0xCD bytes); the dummy repeats the block's first element when there is no padding.
@@ -38,9 +38,10 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
     c.Gm(op, b.gm, b.bytes, false);
     c.Ub(op, b.ub, block, true);
   }
+  std::vector<twin::Seen>& seen = c.pub.Scratch();
   for (const twin::Block& b : blocks) {
     uint8_t* u = c.UbPtr(b.ub);
-    twin::gm_load(u + left, reinterpret_cast<const uint8_t*>(b.gm), b.bytes);
+    twin::GmRead(u + left, reinterpret_cast<const uint8_t*>(b.gm), static_cast<int64_t>(b.bytes), seen);
     const bool plain = left == 0 && right == 0;
     for (uint64_t i = 0; i < block; i += sizeof(T)) {
       if (i >= left && i < left + p.blockLen) continue;
@@ -53,6 +54,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
       }
     }
   }
+  c.pub.CheckRead(op.site, seen);  // the cross-core publication check (xcore.h)
 }
 
 template <typename T>

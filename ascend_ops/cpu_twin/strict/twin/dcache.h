@@ -1,5 +1,6 @@
 // One AIV's scalar data cache (A2/A3: 32 KB, 64-byte lines, private, write-back, no coherence;
-// STUDY 1.0, 2.7). GlobalTensor GetValue/SetValue/operator() go through it; DMA bypasses it.
+// docs/ASCEND.md, "The scalar data cache"). GlobalTensor GetValue/SetValue/operator() go through
+// it; DMA bypasses it.
 // - A scalar access fills the whole line from GM if it is absent (writes allocate too) and then
 //   uses the cached bytes, stale if GM changed since. Capacity eviction is LRU (deterministic).
 // - DataCacheCleanAndInvalid writes a dirty line back WHOLE, as the hardware does, and drops it.

@@ -43,6 +43,9 @@ inline void LoadTiling(void* dst, size_t n, GM_ADDR gm, Loc loc) {
 inline void launch(int64_t block_dim, const std::function<void()>& fn, int64_t die = die_rank) {
   die_rank = die;
   Launch l(block_dim);
+  l.serial = ++launch_serial;  // the cross-core check's launch number (xcore.h)
+  l.dies_ended = EndedLaunches();
+  LocalStamps::Get().Clear();
   std::vector<std::thread> threads;
   for (int64_t b = 0; b < block_dim; ++b) {
     threads.emplace_back([&, b] {
@@ -51,6 +54,7 @@ inline void launch(int64_t block_dim, const std::function<void()>& fn, int64_t d
       tl_block = b;
       tl_blocks = block_dim;
       fn();
+      core->pub.Fence();  // the end of the kernel orders every copy
       core->EndKernel();
       l.Finish();
       tl_core = nullptr;
@@ -58,6 +62,7 @@ inline void launch(int64_t block_dim, const std::function<void()>& fn, int64_t d
     });
   }
   for (auto& t : threads) t.join();
+  PublishEnded(die, l.serial);
 }
 
 }  // namespace twin
@@ -75,9 +80,11 @@ inline __gm__ uint8_t* __gm__ GetHcclContext(void) {
 inline int64_t GetBlockIdx() { return twin::Me().block_idx; }
 inline int64_t GetBlockNum() { return twin::Me().launch->block_num; }
 
-// 50 MHz on A2/A3: time_us = cycles / 50 (GetSystemCycle doc).
+// 50 MHz on A2/A3: time_us = cycles / 50 (GetSystemCycle doc). Every poll of the kernels reads it,
+// so the twin yields here: W dies of AIV threads then share a few CPU cores instead of spinning.
 inline int64_t GetSystemCycle() {
   using namespace std::chrono;
+  std::this_thread::yield();
   return duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count() / 20;
 }
 

@@ -1,5 +1,5 @@
-// TQueBind<src, dst, depth, mask>, TQue<pos, depth, mask> and TBuf<pos> (STUDY 1.4, 2.4); the
-// events each queue operation issues are listed in tpipe.h.
+// TQueBind<src, dst, depth, mask>, TQue<pos, depth, mask> and TBuf<pos> (asc-devkit
+// include/basic_api/kernel_tpipe.h); the events each queue operation issues are listed in tpipe.h.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +26,7 @@ class TQueBind {
       const uint32_t i = (cursor_ + k) % num_;
       cursor_ = (i + 1) % num_;
       b.state = twin::BufState::OCCUPIED;
-      if (b.free_id >= 0) {  // blocks freeBufEvt's destination pipe, not the scalar unit (STUDY 2.1)
+      if (b.free_id >= 0) {  // blocks freeBufEvt's destination pipe, not the scalar unit
         twin::WaitFlagAt(c, b.free_evt, b.free_id, twin::Sites::Intern("TQue::AllocTensor", loc));
         ReleaseFree(b);
       }

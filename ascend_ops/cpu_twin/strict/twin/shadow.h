@@ -10,7 +10,7 @@
 // only its own accesses, in a hash map of 64-byte granules; accesses by other AIVs and dies are
 // never compared (the Data-as-Flag protocols poll peers' memory on purpose). Two unordered
 // atomic-add copies of integers do not conflict (the sum does not depend on their order); of
-// floats they do (the rounding does, STUDY 2.2).
+// floats they do (the rounding does; atomic copies complete out of order).
 #pragma once
 
 #include <algorithm>

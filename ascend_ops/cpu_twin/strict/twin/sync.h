@@ -1,6 +1,7 @@
-// Synchronization inside one AIV (STUDY 1.7, 2.1-2.2, 2.7): SetFlag/WaitFlag<HardEvent>,
-// TQueSync, PipeBarrier<pipe_t>, DataSyncBarrier, the scalar cache's DataCacheCleanAndInvalid
-// (PIPE_S), and the DMA atomic mode. SyncAll is in syncall.h.
+// Synchronization inside one AIV (docs/ASCEND.md, "Pipes and synchronization on A2/A3" and "The
+// scalar data cache"): SetFlag/WaitFlag<HardEvent>, TQueSync, PipeBarrier<pipe_t>, DataSyncBarrier,
+// the scalar cache's DataCacheCleanAndInvalid (PIPE_S), and the DMA atomic mode. SyncAll is in
+// syncall.h.
 #pragma once
 
 #include <set>
@@ -23,7 +24,10 @@ constexpr const char* TypeName() {
        : std::is_same_v<T, uint64_t> ? "uint64_t" : std::is_same_v<T, double> ? "double" : "(other)";
 }
 
-inline void SetFlagAt(Core& c, HardEvent e, int32_t id, uint32_t site) { c.flags.Set(e, id, site, c.clocks); }
+inline void SetFlagAt(Core& c, HardEvent e, int32_t id, uint32_t site) {
+  c.flags.Set(e, id, site, c.clocks);
+  if (Info(e).src == kMte3) c.pub.Fence();  // it fires once MTE3's earlier copies completed (xcore.h)
+}
 inline void WaitFlagAt(Core& c, HardEvent e, int32_t id, uint32_t site) { c.flags.Wait(e, id, site, c.clocks); }
 
 // Ids 6-7 are reserved on A2/A3, 7 for TPipe's automatic sync; manual code should use 0-5.
@@ -85,6 +89,7 @@ inline void PipeBarrier(twin::Loc loc = twin::Loc::current()) {
     c.BarrierAll();
   } else if constexpr (twin::PipeOf(pipe) != twin::kNoPipe) {
     c.clocks.Barrier(twin::PipeOf(pipe));
+    if constexpr (twin::PipeOf(pipe) == twin::kMte3) c.pub.Fence();  // (xcore.h)
   }
 }
 

@@ -1,4 +1,4 @@
-// SyncAll across the AIVs of a launch (STUDY 2.5).
+// SyncAll across the AIVs of a launch (docs/ASCEND.md, "Pipes and synchronization on A2/A3").
 // - Hard SyncAll<true>(): PipeBarrier<PIPE_ALL>, then the cross-core barrier. It needs a MIX
 //   kernel type: with KERNEL_TYPE_AIV_ONLY (or AIC_ONLY) "the hardware does not enable the
 //   scheduling module", so the chip hangs; the twin aborts. No macro (compiler inference) is
@@ -96,6 +96,7 @@ inline void SyncAll(const GlobalTensor<int32_t>& gmWorkspace, const LocalTensor<
     std::this_thread::yield();
   }
   c.launch->spinning.fetch_sub(1);
+  c.pub.Fence();  // an ordering point of MTE3 for the cross-core check (xcore.h), as the hard one
 }
 
 }  // namespace AscendC

@@ -1,5 +1,6 @@
-// GlobalTensor and LocalTensor with the A2/A3 signatures (STUDY 1.3), their scalar accessors on
-// PIPE_S: GlobalTensor's through the AIV's DCache, LocalTensor's on UB.
+// GlobalTensor and LocalTensor with the A2/A3 signatures (asc-devkit
+// include/basic_api/kernel_tensor.h), their scalar accessors on PIPE_S: GlobalTensor's through the
+// AIV's DCache, LocalTensor's on UB.
 // - LocalTensor::GetPhyAddr() is a UB OFFSET (uint64_t, 0 .. UB size), as on the chip: a kernel
 //   that casts it to a pointer, (__ubuf__ T*)t.GetPhyAddr(), dereferences a small integer and
 //   crashes here instead of silently reaching the stack or heap.
@@ -73,7 +74,7 @@ class GlobalTensor {
   const __gm__ T* GetPhyAddr() const { return addr_; }
   __gm__ T* GetPhyAddr(const uint64_t offset) const { return addr_ + offset; }
   uint64_t GetSize() const { return bufferSize_; }
-  // Advances the address; does not shrink bufferSize_ on 2201 (STUDY 1.3).
+  // Advances the address; does not shrink bufferSize_ on 2201 (kernel_tensor_impl.h).
   GlobalTensor operator[](const uint64_t offset) const {
     GlobalTensor g = *this;
     g.addr_ = addr_ + offset;

@@ -1,6 +1,6 @@
-// TPipe, TQueBind, TQue and TBuf (STUDY 1.4, 2.4). Buffers are carved from the usable UB in
-// 32-byte units. A queue's buffers synchronize exactly as the 2201 library does, through real
-// flags from the TPipe's event pool (kernel_tquebind_impl.h):
+// TPipe, TQueBind, TQue and TBuf (docs/ASCEND.md, "Pipes and synchronization on A2/A3"). Buffers
+// are carved from the usable UB in 32-byte units. A queue's buffers synchronize exactly as the 2201
+// library does, through real flags from the TPipe's event pool (kernel_tquebind_impl.h):
 //   AllocTensor: WaitFlag<freeBufEvt> if the buffer was freed     EnQue: SetFlag<enQueEvt>
 //   DeQue:       WaitFlag<enQueEvt>                               FreeTensor: SetFlag<freeBufEvt>
 // with (enQueEvt, freeBufEvt) = (MTE2_V, V_MTE2) for TQue<VECIN>, (V_MTE3, MTE3_V) for

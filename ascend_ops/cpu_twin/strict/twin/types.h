@@ -1,6 +1,7 @@
 // Language-level names of Ascend C as the A2/A3 (NPU arch 2201) toolchain spells them: keywords,
 // GM_ADDR, the builtin enums pipe_t / event_t, and AscendC's TPosition, HardEvent, CacheLine,
-// DcciDst, RoundMode, MemDsbT, KernelMetaType (STUDY 1.1). half and bfloat16_t are host types here.
+// DcciDst, RoundMode, MemDsbT, KernelMetaType (docs/ASCEND.md, "The Ascend C API the kernels
+// use"). half and bfloat16_t are host types here.
 #pragma once
 
 #include <cstdint>
@@ -107,7 +108,8 @@ enum class MemDsbT : uint8_t { ALL = 0, DDR, UB, SEQ };
 enum class RoundMode : uint8_t { CAST_NONE = 0, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD };
 
 // A2/A3 AIV: 192 KiB UB less 256 B (ASC_UB_SIZE) less the 8 KiB the toolchain reserves unless
-// built with --cce-disable-asc-reserved-ubuf (STUDY 1.0).
+// built with --cce-disable-asc-reserved-ubuf (asc-devkit include/utils/base/sys_constants.h; the
+// 2201 architecture spec, 编程指南/高级编程/硬件实现/架构规格/NPU架构版本2201.md).
 constexpr uint32_t TOTAL_UB_SIZE = 192 * 1024 - 256 - 8192;
 constexpr uint32_t ONE_BLK_SIZE = 32;
 constexpr int32_t QUE_MAX_EVENT = 8;       // event ids per HardEvent (A2/A3: kernel_macros.h:102)

@@ -1,8 +1,8 @@
-// The vector operations the kernels use, on PIPE_V (STUDY 1.6), count forms, with the A2/A3
-// data types as static_asserts. Operands start 32-byte aligned in UB; a source may be the
-// destination itself (100 % overlap) but not overlap it partly (通用说明和约束.md). Each result
-// rounds once (no fused multiply-add; build with -ffp-contract=off); integer arithmetic wraps
-// [unverified].
+// The vector operations the kernels use, on PIPE_V (docs/ASCEND.md, "The Ascend C API the kernels
+// use"), count forms, with the A2/A3 data types as static_asserts. Operands start 32-byte aligned
+// in UB; a source may be the destination itself (100 % overlap) but not overlap it partly
+// (通用说明和约束.md). Each result rounds once (no fused multiply-add; build with -ffp-contract=off);
+// integer arithmetic wraps [unverified].
 #pragma once
 
 #include <cstdint>

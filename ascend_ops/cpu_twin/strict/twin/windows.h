@@ -5,11 +5,13 @@
 //   whole: every 512-byte chunk of a window has a lock in a table after the window, held while a
 //   copy writes or reads the chunk. Chunks of one copy land in address order. This is an
 //   assumption (MC2's 480+32 B blocks rely on it too; A2/A3 documents only "moves are split into
-//   128/256/512 B pieces", STUDY 1.0 and 3.5), not a documented guarantee.
+//   128/256/512 B pieces"), not a documented guarantee: docs/ASCEND.md, "What each mode assumes".
 // - A scalar cache line (64 B) lies inside one chunk; filling or writing one back takes the
 //   chunk's lock, or for non-window GM a striped lock, so a line is read and written whole.
 // - UBEP_TWIN_JITTER_US=N makes every window copy first sleep 0..N us (per-AIV random), which
 //   reorders AIVs and dies far more than scheduling alone does.
+// - Beside the lock table, each mapping holds the tables of the cross-core publication check
+//   (xcore.h): who last wrote each 32-byte granule of the window, by MTE3, and under which fence.
 #pragma once
 
 #include <algorithm>
@@ -38,11 +40,29 @@ struct Region {
 };
 inline std::vector<Region> shared_regions;
 
+// The cross-core publication check's tables beside each window (xcore.h): XCORE_STAMPS stamps of
+// XCORE_STAMP_BYTES per 32-byte granule, then one table of call sites and of every die's ended
+// launches.
+constexpr int64_t XCORE_GRANULE = 32, XCORE_STAMPS = 2, XCORE_STAMP_BYTES = 24;
+constexpr int64_t XCORE_SITES = 2048, XCORE_SITE_CHARS = 192, XCORE_DIES = 1024;
+constexpr int64_t XCORE_TABLE_BYTES = 64 + 8 * XCORE_DIES + XCORE_SITES * XCORE_SITE_CHARS;
+
 inline int64_t lock_table_bytes(int64_t window_bytes) { return window_bytes / GM_TRANSACTION * 4; }
-// A die's mapping: its window (a multiple of GM_TRANSACTION bytes), then the window's lock table.
-inline int64_t mapping_bytes(int64_t window_bytes) { return window_bytes + lock_table_bytes(window_bytes); }
+inline int64_t stamp_table_offset(int64_t window_bytes) {
+  return (window_bytes + lock_table_bytes(window_bytes) + 63) / 64 * 64;
+}
+inline int64_t stamp_table_bytes(int64_t window_bytes) {
+  return window_bytes / XCORE_GRANULE * XCORE_STAMPS * XCORE_STAMP_BYTES;
+}
+// A die's mapping: its window (a multiple of GM_TRANSACTION bytes), the window's lock table, then
+// (64-byte aligned) its stamp table and its site and launch table. The one size the Python side
+// asks for (twin_mapping_bytes); window_of_mapping inverts it.
+inline int64_t mapping_bytes(int64_t window_bytes) {
+  return stamp_table_offset(window_bytes) + stamp_table_bytes(window_bytes) + XCORE_TABLE_BYTES;
+}
 inline int64_t window_of_mapping(int64_t mapping_bytes) {
-  return mapping_bytes / (GM_TRANSACTION + 4) * GM_TRANSACTION;
+  constexpr int64_t per_chunk = GM_TRANSACTION + 4 + GM_TRANSACTION / XCORE_GRANULE * XCORE_STAMPS * XCORE_STAMP_BYTES;
+  return mapping_bytes < XCORE_TABLE_BYTES ? 0 : (mapping_bytes - XCORE_TABLE_BYTES) / per_chunk * GM_TRANSACTION;
 }
 
 inline uint32_t* chunk_lock(const uint8_t* p) {
