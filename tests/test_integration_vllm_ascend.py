@@ -173,8 +173,9 @@ def test_settings_and_request():
 # -- (b) conformance against vllm-ascend's source ---------------------------------------------------------
 
 SOURCE = conformance.find_source()
-NO_SOURCE = (f"vllm-ascend's source is not available: it is not installed, and ${conformance.ENV_SRC} is "
-             f"unset (point it at an unpacked vllm-ascend {conformance.VERSION} sdist to check it)")
+NO_SOURCE = (f"vllm-ascend's source is not available: it is not installed (it cannot be on a CPU machine: "
+             f"its build needs CANN and the chip type), and ${conformance.ENV_SRC} is unset (point it at an "
+             f"unpacked vllm-ascend {conformance.VERSION} sdist to check it)")
 
 
 @pytest.mark.skipif(SOURCE is None, reason=NO_SOURCE)

@@ -76,10 +76,13 @@ def _figure_title(fig, title: str, fontsize: float = 9) -> None:
     fig.suptitle(textwrap.fill(title, int(em_chars / 0.6)), fontsize=fontsize)  # ~0.6 em per char
 
 
-def write_outputs(per_rank: list[dict[str, list[float]]], steps: int, out: Path,
-                  title: str) -> list[Path]:
+def write_outputs(per_rank: list[dict[str, list[float]]], steps: int, out: Path, title: str, *,
+                  ranks: list[int] | None = None,
+                  ylabel: str = "µs per dispatch + combine (median per phase)") -> list[Path]:
     """``breakdown.csv`` / ``.md`` (rank, phase, calls, median, min, max µs) and ``breakdown.png``:
-    one bar per rank, stacked by phase, each segment the phase's median times its calls per step."""
+    one bar per rank, stacked by phase, each segment the phase's median times its calls per step.
+    ``ranks``: the rank of each entry of ``per_rank`` (default: their positions)."""
+    ranks = list(range(len(per_rank))) if ranks is None else ranks
     import matplotlib
 
     matplotlib.use("Agg")
@@ -88,7 +91,7 @@ def write_outputs(per_rank: list[dict[str, list[float]]], steps: int, out: Path,
     phases = list(dict.fromkeys(p for samples in per_rank for p in samples))
     write_table([{"rank": rank, "phase": phase, "calls": len(v), "median_us": round(median(v), 1),
                   "min_us": round(min(v), 1), "max_us": round(max(v), 1)}
-                 for rank, samples in enumerate(per_rank) for phase in phases
+                 for rank, samples in zip(ranks, per_rank, strict=True) for phase in phases
                  if (v := samples.get(phase))], out / "breakdown", title)
     fig, ax = plt.subplots(figsize=(1.2 * len(per_rank) + 4, 4))
     bottom = [0.0] * len(per_rank)
@@ -97,8 +100,8 @@ def write_outputs(per_rank: list[dict[str, list[float]]], steps: int, out: Path,
                    for s in per_rank]
         ax.bar(range(len(per_rank)), heights, bottom=bottom, label=phase)
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    ax.set_xticks(range(len(per_rank)), [f"rank {r}" for r in range(len(per_rank))])
-    ax.set_ylabel("µs per dispatch + combine (median per phase)")
+    ax.set_xticks(range(len(per_rank)), [f"rank {r}" for r in ranks])
+    ax.set_ylabel(ylabel)
     _figure_title(fig, title)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
+from ubep import engine_profile
 from ubep.backends import collectives
 from ubep.backends.base import Backend, Handle
 from ubep.backends.reference import ReferenceBackend
@@ -158,7 +159,9 @@ class Buffer:
         check_inputs: also check index values (range, duplicates); costs one host
             synchronization per dispatch. Skipped while a CUDA graph is being captured: a capture
             cannot synchronize, and the values it sees are not those of its replays.
-        profile: record per-phase times (see :meth:`phase_times`).
+        profile: record per-phase times (see :meth:`phase_times`); ``None``: when ``UBEP_PROFILE``
+            names a directory, which also writes the process's breakdown there at exit
+            (``ubep.engine_profile``: profiling inside a serving engine).
         num_sms: the cuda backend's SM budget: each launch has at most this many thread blocks (at
             least 3, plus ``W`` in ``dc``); the compact layout then gives its sending and receiving
             groups launches of their own, the padded layout shares one launch between them (the
@@ -181,7 +184,7 @@ class Buffer:
         device: torch.device | str | None = None,
         timeout_s: float = 60.0,
         check_inputs: bool = True,
-        profile: bool = False,
+        profile: bool | None = None,
         num_sms: int | None = None,
     ):
         if not dist.is_initialized():
@@ -208,7 +211,12 @@ class Buffer:
         _check_backend(name, self.config, self.device)
         _agree(self.config, name, group, self.device)
         self._backend: Backend = _make_backend(name, self.config, group, self.device)
-        self._backend.timer.enabled = profile
+        from_env = profile is None and engine_profile.requested()
+        self._backend.timer.enabled = bool(profile) or from_env
+        if from_env:
+            cfg = self.config
+            engine_profile.register(f"{name} {cfg.layout} W={cfg.world_size} T_max={cfg.max_tokens_per_rank}",
+                                    self._backend.timer)
 
     @property
     def backend_name(self) -> str:

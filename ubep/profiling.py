@@ -1,8 +1,8 @@
 """Per-phase timers, breakdown tables, and the CSV / Markdown table writer of reports.
 
 A backend wraps each phase of a call in ``timer.phase(name)``. On CPU tensors the phase is timed with
-``time.perf_counter``; on CUDA tensors with a pair of CUDA events, read only when a report is asked
-for, so timing adds no host synchronization to the hot path. Timing is off unless ``enabled``.
+``time.perf_counter``; on CUDA and NPU tensors with a pair of device events, read only when a report is
+asked for, so timing adds no host synchronization to the hot path. Timing is off unless ``enabled``.
 """
 
 from __future__ import annotations
@@ -29,19 +29,22 @@ class PhaseTimer:
 
     @contextmanager
     def phase(self, name: str):
+        """Times the block as phase ``name``; also a ``ubep::<name>`` range of torch's profiler (and of
+        torch_npu's, which records the same ranges), so an engine's own traces show ubep's phases."""
         if not self.enabled:
             yield
             return
-        if self.device.type == "cuda":
-            start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record()
-            yield
-            end.record()
-            self._pending.append((name, start, end))
-        else:
-            t0 = time.perf_counter()
-            yield
-            self._cpu_us[name].append((time.perf_counter() - t0) * 1e6)
+        with torch.profiler.record_function(f"ubep::{name}"):
+            if self.device.type in ("cuda", "npu"):  # device events, read when a report is asked for
+                start, end = (getattr(torch, self.device.type).Event(enable_timing=True) for _ in range(2))
+                start.record()
+                yield
+                end.record()
+                self._pending.append((name, start, end))
+            else:
+                t0 = time.perf_counter()
+                yield
+                self._cpu_us[name].append((time.perf_counter() - t0) * 1e6)
 
     def defer(self, phases) -> None:
         """Add the samples ``phases()`` returns (a dict name -> µs) when they are next read: a backend
