@@ -1,6 +1,6 @@
 """Rank functions for the Ascend backend tests that the shared case runner does not cover: a stress
-loop with random delays, live Buffers with interleaved calls, a window prepared over garbage, and
-ranks that skip a call or a Buffer."""
+loop with random delays, live Buffers with interleaved calls, a window prepared over garbage, ranks
+that skip a call or a Buffer, and a preparation while a late rank still writes."""
 
 from __future__ import annotations
 
@@ -133,6 +133,41 @@ def dirty_window_worker(rank: int, world_size: int, sync: str) -> dict:
     checked_combine(buf, case, res, inputs, rank, world_size, "source", "after the preparation")
     return {"ready": ready.tolist(), "nonce": buf._backend.windows.nonce, "runs": runs,
             "past_layer_kept": bool((window[nbytes: 2 * nbytes] == 0xAB).all())}
+
+
+def late_die_worker(rank: int, world_size: int) -> str:
+    """Rank 1 comes 4 s late to a call (sp, bf16) and rank 0 times out after 2 s; rank 0 then calls a
+    live Buffer of another layout (sp, fp16, same geometry), which prepares the windows again with
+    no host collective first (a new Buffer's creation would have one, which on the twin would wait
+    for rank 1's late call to end) while rank 1's late call still writes rows into rank 0's window.
+    The preparation must not fill before rank 1 has arrived: after the fp16 Buffer's call, in which
+    rank 1 sends rank 0 nothing, every block that held a sentinel marker after the fp16 layer's
+    first preparation holds it again. Returns rank 0's timeout message; "late" on rank 1."""
+    layer = {"hidden": 40, "num_experts": 4, "top_k": 2, "max_tokens_per_rank": 4, "backend": "ascend",
+             "sync": "sp"}
+    other = ubep.Buffer(dtype=torch.float16, timeout_s=30, **layer)
+    blocks = other._backend.windows.tensors[rank][: window_bytes(other.config)].view(-1, 512)
+    marked = (blocks[:, :32] != 0).any(1) & (blocks[:, 32:] == 0).all(1)  # a sentinel marker, zeros after it
+    markers = blocks[marked, :32].clone()
+    late = ubep.Buffer(dtype=torch.bfloat16, timeout_s=2, **layer)
+    case = Case(tokens=(4,) * world_size, hidden=40, num_experts=4, top_k=2, max_tokens=4, seed=21)
+    if rank == 1:
+        time.sleep(4)
+        checked_dispatch(late, case, rank, world_size, "the late call")
+        outcome = "late"
+    else:
+        try:
+            late.dispatch(*case_inputs(case, rank))
+            outcome = "no error"
+        except ubep.EPCommError as err:
+            outcome = str(err)
+    none_from_1 = Case(tokens=(3,) + (0,) * (world_size - 1), hidden=40, num_experts=4, top_k=2, dtype="fp16",
+                       max_tokens=4, seed=22)
+    checked_dispatch(other, none_from_1, rank, world_size, "after the preparation")
+    if not torch.equal(blocks[marked, :32], markers):
+        raise AssertionError(f"rank {rank}: {int((blocks[marked, :32] != markers).any(1).sum())} sentinel "
+                             "markers of the fp16 layer were overwritten after its preparation")
+    return outcome
 
 
 def skip_prepare_worker(rank: int, world_size: int) -> str:

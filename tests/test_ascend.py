@@ -12,6 +12,7 @@ import torch
 from tests.ascend_workers import (
     dirty_window_worker,
     interleaved_worker,
+    late_die_worker,
     skip_prepare_worker,
     skip_worker,
     stress_worker,
@@ -53,6 +54,15 @@ def test_matches_oracle(world, rounds):
     if world == 16:
         cases = cases[:4]
     run_ranks(run_cases, world, cases, timeout_s=400)
+
+
+def test_routing_longer_than_one_ub_window():
+    """1032 pairs on rank 0 (129 tokens, top-8): more than the 1024 a UB window of the routing holds
+    (``Routing::CHUNK``, ep_routing.h), so every scan of it reloads the window, at its end and from
+    its start again; a reload waits for the scalar's reads of the previous window."""
+    case = Case(tokens=(129, 5), hidden=16, num_experts=16, top_k=8, dtype="fp16", drop=0.1, seed=5,
+                backend="ascend", sync="sp")
+    run_ranks(run_cases, 2, [case], timeout_s=400)
 
 
 def test_buffers_one_after_another_on_one_group():
@@ -110,6 +120,15 @@ def test_missing_peer_at_buffer_creation_times_out():
     assert 1.5 < float(elapsed) < 10
 
 
+def test_preparation_waits_for_a_late_die():
+    """A preparation after a timeout, while the late rank's call still writes into this rank's
+    window, fills only once every rank has arrived (prepare_kernel.cpp's first SyncAll)."""
+    got = run_ranks(late_die_worker, 2, timeout_s=120)
+    assert got[1] == "late"
+    want = "ubep rank 0: phase 'dispatch: wait for counts from rank 1' did not complete within 2 s"
+    assert want in got[0], got[0]
+
+
 @pytest.mark.parametrize("sync", MODES)
 def test_stress_random_delays(sync):
     assert run_ranks(stress_worker, 3, sync, 12, timeout_s=300) == [0, 0, 0]
@@ -150,6 +169,27 @@ def test_bad_hidden_is_rejected_before_communication(single_rank_group):
 
     with pytest.raises(ValueError, match="hidden must be <= 8192 for backend='ascend'"):
         ubep.Buffer(hidden=8200, num_experts=4, top_k=2, max_tokens_per_rank=4, backend="ascend")
+
+
+def test_npu_graph_capture_is_refused_before_any_launch(single_rank_group, monkeypatch):
+    """While an NPU graph is captured, a call raises before it is numbered or launched: a replay would
+    repeat the capture's call number. After the capture the Buffer works, its numbering unchanged."""
+    import ubep
+    from ubep.backends import ascend
+
+    buf = ubep.Buffer(hidden=16, num_experts=4, top_k=2, max_tokens_per_rank=4, dtype=torch.float32,
+                      backend="ascend", layout="padded")
+    x, idx, w = torch.randn(3, 16), torch.tensor([[0, 1], [2, 3], [1, 2]]), torch.rand(3, 2)
+    epoch = buf._backend.windows.epoch
+    monkeypatch.setattr(ascend, "npu_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="cannot be captured in an NPU graph"):
+        buf.dispatch(x, idx, w)
+    assert buf._backend.windows.epoch == epoch
+    monkeypatch.setattr(ascend, "npu_capturing", lambda: False)
+    res = buf.dispatch(x, idx, w)
+    y = buf.combine(res.recv_x, res.handle)
+    torch.testing.assert_close(y, x * w.sum(1, keepdim=True), rtol=0, atol=1e-6)
+    buf.destroy()
 
 
 def _meta_calls(x, idx, w, windows, padded=False):
@@ -261,7 +301,6 @@ def test_npu_status_raises_at_the_next_call_once_final(monkeypatch):
         return status.clone(), events[-1]
 
     monkeypatch.setattr(ascend_status, "_copy_to_host", copy)
-    monkeypatch.setattr(ascend_status, "_npu_capturing", lambda: False)
     timed_out = torch.tensor([1, 6, 1, 0])  # phase 6: combine, returned rows from rank 1
 
     watch = ascend_status.StatusWatch(SimpleNamespace(type="npu"), 0, 2.0)

@@ -63,13 +63,18 @@ GroupWindows WindowsOf(at::TensorList windows, const EpTiling& t) {
   return g;
 }
 
+// Where the twin's HCCL contexts put their table of peer records: not the struct's own remoteRes
+// offset but the one another CANN version uses, so every launch checks that the kernels follow
+// rWinStart.
+constexpr size_t kTwinRemoteOffset = 3320;
+
 // Runs kernel(tiling) on n_workers AIV threads while the twin's HCCL group over `windows` is this
 // die's context.
 template <class Kernel>
 void LaunchInGroup(const std::string& group, at::TensorList windows, const EpTiling& t, int64_t n_workers,
                    Kernel kernel) {
   const GroupWindows w = WindowsOf(windows, t);
-  TwinHcclGroup hccl(group, t.rank, w.bases, w.bytes);
+  TwinHcclGroup hccl(group, t.rank, w.bases, w.bytes, kTwinRemoteOffset);
   const at::Tensor tiling = OpTiling(t);
   AscendC::twin::launch(n_workers, [&] { kernel(Gm(tiling)); }, t.rank);
 }

@@ -70,8 +70,8 @@ class CombineKernel {
   __aicore__ inline void Process() {
     const int64_t me = GetBlockIdx(), n = GetBlockNum();
     const bool ok = Send(me, n) && ReceiveAll(me, n);
-    PipeBarrier<PIPE_ALL>();  // this AIV's kept rows have landed before any AIV reduces them
-    SyncAll();
+    SyncAll();  // begins with PipeBarrier<PIPE_ALL> (2201 SyncAllImpl): this AIV's kept rows have
+                // landed before any AIV reduces them
     if (ok && !c_.Aborted()) Reduce(me, n);
   }
 
@@ -161,12 +161,12 @@ class CombineKernel {
     const LocalTensor<float> acc = acc_buf_.Get<float>();
     Sync<HardEvent::S_V>();  // the previous token's encode has read acc (fp32) or row_buf
     Duplicate<float>(acc, 0.0f, static_cast<int32_t>(H_));
-    PipeBarrier<PIPE_V>();
+    // Every token received here has a pair here: its first pair's V_MTE2 and MTE2_V also order
+    // the Duplicate before the Add (V -> V).
     for (int64_t k = 0; k < K; ++k) {
       const int32_t r = SlotRow(k);
       if (r < 0) continue;
-      Sync<HardEvent::V_MTE2>();  // the previous term has read row_buf
-      Sync<HardEvent::S_MTE2>();  // so has the previous token's encode
+      Sync<HardEvent::V_MTE2>();  // the previous term (and, after S_V above, the encode) has read row_buf
       LoadRow(r);
       Sync<HardEvent::MTE2_V>();
       AddTerm(acc, t_->weighted != 0, SlotWeight(k));
@@ -274,15 +274,16 @@ class CombineKernel {
     const int64_t K = t_->top_k, W = t_->world;
     const bool by_rank = t_->reduce == REDUCE_EXPERT_RANK;
     const LocalTensor<float> acc = acc_buf_.Get<float>();
-    // (PipeBarrier<PIPE_ALL> before the SyncAll ordered every earlier operation of this AIV.)
+    // (The SyncAll's PipeBarrier<PIPE_ALL> ordered every earlier operation of this AIV.)
     for (int64_t tok = me; tok < t_->num_tokens; tok += n) {
       if (pairs_mode_) {
         ReducePairs(tok);
         continue;
       }
-      Sync<HardEvent::MTE3_V>();     // the previous token's copy out of acc or row_buf has finished
-      Sync<HardEvent::MTE3_MTE2>();  // before this token's first copy into row_buf, too
-      PipeBarrier<PIPE_V>();         // and its vector reads of acc (the rounding)
+      // The previous token's copy out of acc or row_buf has finished. Through V this also orders
+      // its rounding's reads of acc (V_MTE3 before that copy) before the Duplicate, and the copy
+      // before this token's copies into row_buf (V_MTE2 below).
+      Sync<HardEvent::MTE3_V>();
       Duplicate<float>(acc, 0.0f, static_cast<int32_t>(H_));
       PipeBarrier<PIPE_V>();
       for (int64_t i = 0; i < (by_rank ? W : K); ++i) {

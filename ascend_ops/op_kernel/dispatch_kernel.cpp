@@ -117,8 +117,7 @@ class DispatchKernel {
       Sync<HardEvent::MTE2_MTE3>();
       DataCopy(Gm<uint64_t>(c_.ws + t_->ws_data + s * row_words_ * 8, row_words_ * 8), msg,
                static_cast<uint32_t>(row_words_));
-      c_.Bump(CNT_COUNTS_IN);
-      Sync<HardEvent::MTE3_MTE2>();  // the keep copy has read msg before the next entry comes in
+      c_.Bump(CNT_COUNTS_IN);  // its read-back MTE3_MTE2 also makes the next entry wait for this copy
     }
     if (me == 0) CalCumSum();
   }
@@ -250,10 +249,10 @@ class DispatchKernel {
     uint64_t kept[4];
     c_.Peek(Gm<uint64_t>(c_.ws + t_->ws_data + src * row_words_ * 8, 32), kept);
     const int64_t num_rows = static_cast<int64_t>(kept[0]);
+    // The Peek's S_MTE2 has ordered the previous source's reads of bases before this copy; the
+    // scalar reads them only in Replicate, after TakeRow's copy-in and its MTE2_S.
     const LocalTensor<int64_t> bases = bases_buf_.Get<int64_t>();
-    Sync<HardEvent::S_MTE2>();  // the previous source's rows have read the bases
     CopyIn(bases, Gm<int64_t>(c_.ws + t_->ws_bases + src * L * 8, L * 8), L * 8);
-    Sync<HardEvent::MTE2_S>();
     const LocalTensor<uint8_t> out = out_buf_.Get<uint8_t>(), row = row_buf_.Get<uint8_t>();
     const LocalTensor<int32_t> counts = out[static_cast<uint32_t>(o_counts_)].ReinterpretCast<int32_t>();
     Sync<HardEvent::MTE3_S>();  // the previous source's copies out of out_buf and row have finished

@@ -9,8 +9,9 @@
 //   context, which the runtime writes before the launch.
 // - Every UB buffer handed from one pipe to another is ordered by Sync<E> (ep_sync.h); each
 //   function states what it hands over and what its caller must have ordered before.
-// - A DataCopy into a window lands in 512-byte transactions seen whole; PipeBarrier<PIPE_MTE3>
-//   between two copies of one AIV makes the first land before the second (data before flag).
+// - A DataCopy into a window lands in 512-byte transactions seen whole; PipeBarrier<PIPE_MTE3>, or
+//   a SetFlag whose source is MTE3, between two copies of one AIV makes the first land before the
+//   second (data before flag): the SetFlag fires once MTE3's earlier copies completed.
 #pragma once
 
 #include "ep_sync.h"
@@ -42,8 +43,7 @@ enum Counter : int64_t { CNT_COUNTS_IN = 0, CNT_BASES_READY = 1, CNT_SENT = 2 };
 enum PostFlags : uint32_t {
   POST_PLAIN = 0,
   POST_ATOMIC_ADD = 1,  // SetAtomicAdd: int32 lanes added into GM
-  POST_AFTER_ALL = 2,   // after every earlier copy of this AIV has landed (what the word publishes)
-  POST_READ_BACK = 4,   // this AIV reads the words back later: its MTE2 waits for the write
+  POST_READ_BACK = 2,   // this AIV reads the words back later: its MTE2 waits for the write
 };
 
 // The call's state on one AIV: its tiling, the die's scratch (the op's zeroed `scratch` output:
@@ -84,7 +84,7 @@ struct Ctx {
     sentinel = sentinel_buf.Get<uint8_t>();
     const LocalTensor<uint32_t> w = sentinel.ReinterpretCast<uint32_t>();
     for (int64_t j = 0; j < f.flag_bytes / 4; ++j) w.SetValue(static_cast<uint32_t>(j), SentinelWord(f));
-    Sync<HardEvent::S_MTE3>();  // every later copy out of it reads what the scalar wrote
+    // Copied out only by TakeRow, after this AIV's Bump(CNT_SENT), whose Post orders S -> MTE3.
   }
 
   // Base of this call's slot in die r's window.
@@ -102,20 +102,19 @@ struct Ctx {
     Sync<HardEvent::S_MTE2>();  // the next copy into the probe waits for these reads
   }
 
-  // words[0, 32 / sizeof(T)) into the 32 bytes at `dst` (32-byte aligned), by MTE3.
+  // words[0, 32 / sizeof(T)) into the 32 bytes at `dst` (32-byte aligned), by MTE3, after every
+  // earlier copy of this AIV has landed (what a counter or record publishes).
   template <typename T>
   __aicore__ inline void Post(const GlobalTensor<T>& dst, const T* words, uint32_t flags) {
     const LocalTensor<T> ub = tx.ReinterpretCast<T>();
-    Sync<HardEvent::MTE3_S>();  // the previous post has read tx
+    // The previous post has read tx; and, fired once MTE3's earlier copies completed, this flag
+    // makes them (rows, keeps, atomic adds, which complete out of order) land before this word.
+    Sync<HardEvent::MTE3_S>();
     for (uint32_t i = 0; i < 32 / sizeof(T); ++i) ub.SetValue(i, words[i]);
     Sync<HardEvent::S_MTE3>();
-    if (flags & POST_AFTER_ALL) AscendC::PipeBarrier<PIPE_ALL>();
     if (flags & POST_ATOMIC_ADD) AscendC::SetAtomicAdd<int32_t>();
     AscendC::DataCopy(dst, ub, 32 / sizeof(T));
-    if (flags & POST_ATOMIC_ADD) {
-      AscendC::PipeBarrier<PIPE_MTE3>();  // atomic copies complete out of order: none overtakes this one
-      AscendC::SetAtomicNone();
-    }
+    if (flags & POST_ATOMIC_ADD) AscendC::SetAtomicNone();  // ordered against MTE3 by the hardware
     if (flags & POST_READ_BACK) Sync<HardEvent::MTE3_MTE2>();
   }
 
@@ -145,7 +144,7 @@ struct Ctx {
   // Counter c += 1, after every earlier copy of this AIV has landed (the counter publishes them).
   __aicore__ inline void Bump(int64_t c) {
     const int32_t one[8] = {1, 0, 0, 0, 0, 0, 0, 0};
-    Add(counters[c * COUNTER_STRIDE / 4], one, POST_AFTER_ALL | POST_READ_BACK);
+    Add(counters[c * COUNTER_STRIDE / 4], one, POST_READ_BACK);
   }
 
   // Spin until ready(); false if the deadline passes (recorded with phase and peer) or another
@@ -218,7 +217,7 @@ __aicore__ inline GlobalTensor<int32_t> BatchAccumulator(GM_ADDR acc_base, int64
 // the other senders' rows landed before they raised CNT_SENT).
 __aicore__ inline void SendRecord(Ctx& c, GM_ADDR rec_gm, uint64_t epoch, uint64_t value) {
   const uint64_t words[4] = {epoch, value, 0, 0};
-  c.Post(Gm<uint64_t>(rec_gm, 32), words, POST_AFTER_ALL);
+  c.Post(Gm<uint64_t>(rec_gm, 32), words, POST_PLAIN);
 }
 
 // The record of a finished batch of `num_rows` rows into `rec_gm`, from its accumulator: sw (epoch,

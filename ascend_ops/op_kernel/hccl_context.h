@@ -5,10 +5,10 @@
 //
 // GUESS (unverified on hardware): CANN does not document these structs. The names and the order of
 // the fields below are those of the HCCL headers that MC2 kernels such as MoeDistributeDispatch
-// build against; the byte sizes of the blocks ubep does not read (localRes .. remoteResNum) are
-// those of one CANN 8.x version of those headers, which put remoteRes at byte 2984. A CANN whose
-// layout differs makes every peer address wrong: check kRemoteResOffset against the toolkit's own
-// header before the first run.
+// build against. The kernels read the head (up to rWinStart, the same in every copy of those headers)
+// and find remoteRes at byte rWinStart, as the toolkit's Hccl accessor does; the byte sizes of the
+// blocks between (localRes .. remoteResNum) are those of one CANN 8.x version, which puts remoteRes at
+// byte 2984 (another puts it at 3320): only the twin's default layout depends on them.
 #pragma once
 
 #include <cstddef>
@@ -17,7 +17,7 @@
 namespace ubep_ascend::hccl {
 
 constexpr uint32_t kMaxRanks = 128 * 1024;  // length of remoteRes
-constexpr size_t kRemoteResOffset = 2984;
+constexpr size_t kRemoteResOffset = 2984;  // in this struct; the kernels use rWinStart
 
 struct Mc2Workspace {
   uint64_t workSpace;
@@ -50,7 +50,7 @@ struct HcclOpResParam {
   char hcomId[128];         // the group's name
   uint64_t winExpSize;
   uint64_t localWindowsExp;
-  uint32_t rWinStart;
+  uint32_t rWinStart;       // byte offset of remoteRes from the start of this struct
   uint32_t rWinOffset;
   uint64_t version;
   uint8_t localRes[2472];   // streams and notifies of the AICPU side
@@ -67,6 +67,7 @@ struct HcclOpResParam {
 
 static_assert(offsetof(HcclOpResParam, localWindowsIn) == 32, "HCCL context: head layout");
 static_assert(offsetof(HcclOpResParam, localWindowsExp) == 184, "HCCL context: head layout");
+static_assert(offsetof(HcclOpResParam, rWinStart) == 192, "HCCL context: head layout");
 static_assert(offsetof(HcclOpResParam, remoteRes) == kRemoteResOffset, "HCCL context: remoteRes offset");
 static_assert(offsetof(HcclRankRelationResV2, windowsIn) == 8, "HCCL peer record: windowsIn offset");
 

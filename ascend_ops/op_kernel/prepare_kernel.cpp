@@ -45,10 +45,10 @@ class PrepareKernel {
   __aicore__ inline void Process() {
     const int64_t me = GetBlockIdx(), n = GetBlockNum();
     const bool ok = Meet(AREA_ARRIVE, PHASE_ARRIVE, me, n);
-    SyncAll();
+    SyncAll();  // no AIV fills before every die has arrived: a die that timed out on its last call
+                // may still be writing here until it arrives (test_preparation_waits_for_a_late_die)
     if (ok && !c_.Aborted()) Fill(me, n);
-    PipeBarrier<PIPE_ALL>();  // this AIV's fill lands before any ready token
-    SyncAll();
+    SyncAll();  // begins with PipeBarrier<PIPE_ALL>: this AIV's fill lands before any ready token
     if (ok && !c_.Aborted()) Meet(AREA_READY, PHASE_READY, me, n);
   }
 
@@ -62,7 +62,7 @@ class PrepareKernel {
   // token_buf: the scalar writes, MTE3 sends.
   __aicore__ inline bool Meet(int64_t area, int64_t phase, int64_t me, int64_t n) {
     const LocalTensor<uint64_t> token = token_buf_.Get<uint64_t>();
-    Sync<HardEvent::MTE3_S>();  // an earlier meeting's copies have read the token
+    // (The SyncAlls between the two meetings ordered the arrival's copies of the token before this.)
     token.SetValue(0, nonce_);
     token.SetValue(1, epoch_);
     token.SetValue(2, static_cast<uint64_t>(0));

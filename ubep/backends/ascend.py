@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from ubep.backends.ascend_library import load_ops
-from ubep.backends.ascend_status import StatusWatch
+from ubep.backends.ascend_status import StatusWatch, npu_capturing
 from ubep.backends.ascend_windows import group_windows, window_bytes, window_layout
 from ubep.backends.base import CALL_BITS, Backend, Handle, call_code
 from ubep.config import EPConfig
@@ -51,6 +51,17 @@ def worker_split(cfg: EPConfig, num_aivs: int = TWIN_AIVS) -> tuple[int, int]:
     n_count, n_token = torch.ops.ubep_ascend.worker_split(
         cfg.world_size, cfg.hidden, cfg.num_experts, cfg.top_k, cfg.max_tokens_per_rank, cfg.dtype, num_aivs)
     return n_count, n_token
+
+
+def refuse_capture() -> None:
+    """RuntimeError while an NPU graph is being captured, before anything is launched or numbered:
+    each call's number (its epoch, which every flag of the call carries) reaches the kernels as a
+    host integer of the op, so every replay of a captured call would repeat the capture's number and
+    take the flags the capture left for its own."""
+    if npu_capturing():
+        raise RuntimeError("backend='ascend' cannot be captured in an NPU graph yet: a call's number reaches "
+                           "its kernels as a host integer, which every replay would repeat; run the "
+                           "ascend Buffer's calls eagerly (vLLM-Ascend: --enforce-eager)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,6 +106,7 @@ class AscendBackend(Backend):
     def _prepare(self) -> None:
         """Fills this layer's window on every die and meets every die (a collective); until it
         succeeds the windows hold no known layout."""
+        refuse_capture()
         self.status.check()  # before the epoch is taken: a call that raises consumes none
         cfg, w = self.config, self.windows
         w.layout = None
@@ -108,6 +120,7 @@ class AscendBackend(Backend):
         """The next call's epoch with its call ``code`` above it, after preparing the windows again
         if they hold another layer's layout (every rank decides alike: the group's calls are the
         same sequence everywhere). Raises first for an earlier call that timed out."""
+        refuse_capture()
         self.status.check()
         if self.windows.layout != self.layout:
             self._prepare()
