@@ -17,7 +17,7 @@ Result run(const std::string& variant, const std::vector<int64_t>& counts,
            const std::vector<int64_t>& hops, int64_t n) {
   const int64_t d = counts.size();
   const int64_t classes = hops.empty() ? 1 : *std::max_element(hops.begin(), hops.end()) + 1;
-  std::vector<int64_t> order(d), cumsum(d), lo(n * classes), hi(n * classes), scratch(3 * classes);
+  std::vector<int64_t> order(d), cumsum(d), lo(n * classes), hi(n * classes), scratch(classes);
   const size_t cap = d + n * classes + 1;
   Result r{std::vector<int64_t>(n + 1), std::vector<int64_t>(cap), std::vector<int64_t>(cap),
            std::vector<int64_t>(cap)};

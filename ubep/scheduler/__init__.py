@@ -2,11 +2,13 @@
 
 :mod:`~ubep.scheduler.search` locates token indices in cumulative counts (quaternary search, and
 binary for comparison); :mod:`~ubep.scheduler.mapping` builds the per-worker assignments (the
-paper's transposition mapper, an exact hop-balanced partition, and two baselines) and estimates
-their latency. ``python -m ubep.scheduler.vectors`` writes the test vectors the C++ twin checks.
+hop-balanced partition that is UBEP's mapper, :data:`DEFAULT_VARIANT`; the paper's transposition
+read literally; two baselines) and estimates their latency (the paper's objective (1)).
+``python -m ubep.scheduler.vectors`` writes the test vectors the C++ twin checks.
 """
 
 from ubep.scheduler.mapping import (
+    DEFAULT_VARIANT,
     VARIANTS,
     Assignment,
     expert_contiguous,
@@ -22,6 +24,7 @@ from ubep.scheduler.mapping import (
 from ubep.scheduler.search import Located, binary_search, quaternary_search
 
 __all__ = [
+    "DEFAULT_VARIANT",
     "VARIANTS",
     "Assignment",
     "Located",

@@ -9,18 +9,21 @@ contiguous slices, and gives each worker its slices as *pieces* ``(dest, start, 
 
 - :func:`expert_contiguous`: whole destinations, ``ceil(D / n)`` per worker (CANN EP);
 - :func:`load_balanced`: natural order, ``n`` slices equal to within one token (topology-agnostic);
-- :func:`hop_aware`: the paper's mapper, transposition order (:func:`transpose_order`), then the
-  same equal slices;
-- :func:`hop_balanced`: each hop class cut on its own, so totals are within one token *and*
-  ``v[j, h] <= ceil(V[h] / n)`` holds exactly.
+- :func:`hop_aware`: the paper's transposition order (:func:`transpose_order`), then the same
+  equal slices; it never reads ``hop_D``;
+- :func:`hop_balanced`, UBEP's mapper (:data:`DEFAULT_VARIANT`): each hop class cut on its own,
+  so totals are within one token *and* ``v[j, h] <= ceil(V[h] / n)`` holds exactly.
 
-:func:`hop_aware` meets the per-hop bound when every destination has one token and each class is
-one contiguous run of destinations, but not in general: a hot destination's tokens stay
-contiguous, so its slice is mostly one class. Counterexample: ``counts_D = [1, 1, 1, 5]``,
-``hop_D = [0, 0, 1, 1]``, ``n = 2``: the order is ``[0, 2, 1, 3]``, the slices are tokens
+The paper derives its mapper from the per-hop bound (latency homogenization) and builds it from a
+transposition plus equal slices. That pair meets the bound when every destination has one token
+and each class is one contiguous run of destinations, but not in general: a hot destination's
+tokens stay contiguous, so its slice is mostly one class. Counterexample: ``counts_D = [1, 1, 1,
+5]``, ``hop_D = [0, 0, 1, 1]``, ``n = 2``: the order is ``[0, 2, 1, 3]``, the slices are tokens
 ``[0, 4)`` and ``[4, 8)``, and worker 0 sends 2 class-0 tokens (bound ``ceil(2 / 2) = 1``) while
 worker 1 sends 4 class-1 tokens (bound ``ceil(6 / 2) = 3``). :func:`hop_balanced` gives each
-worker 1 class-0 and 3 class-1 tokens.
+worker 1 class-0 and 3 class-1 tokens, with the same parts (contiguous slices found by quaternary
+search), so it is UBEP's mapper here: the simulator runs it as UBEP, and the C++ twin gives each
+kernel worker its own share (``hop_balanced_slice`` in ``scheduler/include/ubep/mapping.h``).
 
 Running example below: ``counts_D = [3, 1, 2, 0, 1, 0]``, ``hop_D = [0, 0, 1, 1, 2, 2]``,
 ``n = 2``; ``M = 7`` tokens, class totals ``V = [4, 2, 1]``, bound ``[2, 1, 1]``.
@@ -229,9 +232,10 @@ def load_balanced(counts_D: torch.Tensor, num_workers: int) -> Assignment:
 
 
 def hop_aware(counts_D: torch.Tensor, num_workers: int) -> Assignment:
-    """The paper's mapper: :func:`transpose_order`, then equal slices of the remapped sequence.
+    """The paper's transposition read literally: :func:`transpose_order`, then equal slices.
 
-    Totals are within one token; the per-hop bound is not guaranteed (module docstring).
+    Totals are within one token; the per-hop bound is not guaranteed (module docstring), as it
+    spreads destinations by index without knowing their classes. Kept as a baseline.
     Running example: order ``[0, 2, 4, 1, 3, 5]`` (cumulative ``[3, 5, 6, 7, 7, 7]``), bounds
     ``[0, 4, 7]`` located at ``(0, 0), (1, 1), (6, 0)``: worker 0 gets ``(0, 0, 3), (2, 0, 1)``,
     worker 1 ``(2, 1, 1), (4, 0, 1), (1, 0, 1)``; class counts ``[[3, 1, 0], [1, 1, 1]]``,
@@ -244,16 +248,26 @@ def hop_aware(counts_D: torch.Tensor, num_workers: int) -> Assignment:
 
 
 def hop_balanced(counts_D: torch.Tensor, hop_D: torch.Tensor, num_workers: int) -> Assignment:
-    """Exact per-hop balance: ``v[j, h] <= ceil(V[h] / n)`` and totals within one token.
+    """UBEP's mapper (:data:`DEFAULT_VARIANT`): ``v[j, h] <= ceil(V[h] / n)`` and totals within one.
 
-    Each class ``h``'s tokens (destinations in natural order) are cut into ``n`` slices of
-    ``V[h] // n`` tokens, and its ``r[h] = V[h] % n`` spare tokens go one each to workers
-    ``o[h], o[h] + 1, ..., o[h] + r[h] - 1`` (mod ``n``) with ``o[h] = (r[0] + ... + r[h-1]) % n``.
-    The spares are thus dealt round the workers without restarting, so worker ``j`` ends with
-    ``M // n + (j < M % n)`` tokens, the same totals as :func:`slice_bounds`. A worker's pieces
-    come by class, then destination.
+    Destinations are taken class by class (natural order inside a class) and each class ``h``'s
+    ``V[h]`` tokens are cut into ``n`` contiguous slices, one per worker: ``V[h] // n`` tokens,
+    plus one spare for ``r[h] = V[h] % n`` of them. Class ``h``'s spares go to workers ``o[h],
+    ..., o[h] + r[h] - 1`` (mod ``n``), ``o[h]`` being the spares dealt before it (mod ``n``):
+    the spares go round the workers without restarting, so worker ``j`` ends with
+    ``M // n + (j < M % n)`` tokens, the totals of :func:`slice_bounds`. A worker's pieces come
+    by class, then destination.
 
-    Running example: ``V = [4, 2, 1]``, ``r = [0, 0, 1]``, ``o = [0, 0, 0]``; class sizes per
+    The classes are dealt nearest first, then from the farthest down (``0, C-1, ..., 1``). Once
+    the spares wrap past worker ``n - 1``, workers ``0 .. M % n - 1`` hold a spare of the first
+    class dealt and one of the last; dealing the farthest class second puts its spares on
+    workers with one spare, so fewer workers with an extra token pay its latency (objective (1)).
+    Example: ``counts_D = [2, 3, 1]``, ``hop_D = [0, 1, 2]``, ``n = 4``: class 0 goes to workers
+    0, 1, class 2 to worker 2, class 1 to workers 3, 0, 1; ``v = [[1, 1, 0], [1, 1, 0],
+    [0, 0, 1], [0, 1, 0]]``. Dealt 0, 1, 2, class 2 would wrap onto worker 1: ``v[1] = [1, 0,
+    1]``, two tokens and the two-hop latency on one worker.
+
+    Running example: ``V = [4, 2, 1]``, ``r = [0, 0, 1]``, ``o = [0, 1, 0]``; class sizes per
     worker ``[[2, 1, 1], [2, 1, 0]]``: worker 0 gets ``(0, 0, 2), (2, 0, 1), (4, 0, 1)``,
     worker 1 ``(0, 2, 1), (1, 0, 1), (2, 1, 1)``.
     """
@@ -264,7 +278,9 @@ def hop_balanced(counts_D: torch.Tensor, hop_D: torch.Tensor, num_workers: int) 
     order_D = torch.argsort(hop_D, stable=True)
     totals_C = torch.zeros(num_classes, dtype=torch.int64).index_add_(0, hop_D, counts_D)
     spare_C = totals_C % n
-    offset_C = (torch.cumsum(spare_C, 0) - spare_C) % n
+    deal = torch.cat([torch.zeros(1, dtype=torch.int64), torch.arange(num_classes - 1, 0, -1)])
+    dealt_before = torch.cumsum(spare_C[deal], 0) - spare_C[deal]
+    offset_C = torch.empty_like(spare_C).index_put_((deal,), dealt_before % n)
     j = torch.arange(n).unsqueeze(1)
     sizes_NC = totals_C // n + ((j - offset_C) % n < spare_C).long()
     # Class h's block starts after all earlier classes; its slices follow in worker order.
@@ -273,6 +289,7 @@ def hop_balanced(counts_D: torch.Tensor, hop_D: torch.Tensor, num_workers: int) 
 
 
 VARIANTS = ("expert_contiguous", "load_balanced", "hop_aware", "hop_balanced")
+DEFAULT_VARIANT = "hop_balanced"  # UBEP's mapper: the only variant that meets the per-hop bound
 
 
 def schedule(variant: str, counts_D: torch.Tensor, hop_D: torch.Tensor, num_workers: int) -> Assignment:

@@ -35,6 +35,7 @@ HAND_CASES = [
     ("more_workers_than_dests", [6, 3], [1, 0], 4),
     ("single_hot_destination", [0, 0, 50, 0, 0, 0, 0, 0], [0, 0, 1, 1, 1, 1, 2, 2], 3),
     ("unsorted_classes", [2, 5, 1, 3, 4, 2], [2, 0, 1, 0, 2, 1], 4),
+    ("spares_wrap_farthest_dealt_second", [2, 3, 1], [0, 1, 2], 4),
 ]
 
 

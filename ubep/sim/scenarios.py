@@ -2,9 +2,9 @@
 
 A scenario returns rows (one dict each, written as a table) and the figures to draw. "CANN EP" is the
 paper's baseline: BSP, expert-contiguous worker mapping, stop-and-wait. "UBEP" is kernel
-decomposition, the hop-aware mapping and sentinel polling, with the count group sized by
-``ubep.tuning``. Where a scenario has a paper figure to compare with, its rows carry the paper's
-number too.
+decomposition, UBEP's mapper (``ubep.scheduler.DEFAULT_VARIANT``, the hop-balanced one) and sentinel
+polling, with the count group sized by ``ubep.tuning``. Where a scenario has a paper figure to
+compare with, its rows carry the paper's number too.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import torch
 
 from ubep import topology, tuning, workloads
 from ubep.protocol import MODES
+from ubep.scheduler import DEFAULT_VARIANT
 from ubep.sim.model import RankResult, Routing, SimConfig, simulate
 from ubep.sim.params import SimParams
 
 CANN_EP = ("bsp", "expert_contiguous", "sw")
 UBEP_NO_MAPPING = ("decomposed", "load_balanced", "sp")
-UBEP = ("decomposed", "hop_aware", "sp")
-UBEP_HOP_BALANCED = ("decomposed", "hop_balanced", "sp")
+UBEP = ("decomposed", DEFAULT_VARIANT, "sp")
+UBEP_TRANSPOSED = ("decomposed", "hop_aware", "sp")  # the paper's transposition alone
 HOT_MAXVIO = 3.0  # assumed: each hot expert draws 4x the mean load (the paper gives no figure)
 
 
@@ -110,10 +111,10 @@ def fig10_workers(params: SimParams) -> tuple[list[dict], dict]:
     """Per-worker token-send latency, 64 NPUs in 4 nodes of 16, 256 experts, top-8, 8 hot experts
     (paper Figure 10: max 62.2 / 48.1 / 43.5 µs)."""
     work = Workload(64, 256, 8, 64, hot=8)
-    paper = {"CANN EP": 62.2, "UBEP w/o mapping": 48.1, "UBEP": 43.5, "UBEP, hop-balanced": "-"}
+    paper = {"CANN EP": 62.2, "UBEP w/o mapping": 48.1, "UBEP": 43.5, "UBEP, transposition only": "-"}
     rows, lines = [], {}
     for name, variant in (("CANN EP", CANN_EP), ("UBEP w/o mapping", UBEP_NO_MAPPING),
-                          ("UBEP", UBEP), ("UBEP, hop-balanced", UBEP_HOP_BALANCED)):
+                          ("UBEP", UBEP), ("UBEP, transposition only", UBEP_TRANSPOSED)):
         out = run(work, variant, params)
         lines[name] = out.worker_us
         rows.append({"variant": name, "max_worker_us": round(max(out.worker_us), 1),
@@ -137,7 +138,7 @@ def fig11_sync(params: SimParams) -> tuple[list[dict], dict]:
             routing = Routing(torch.ones(ranks, ranks, dtype=torch.long), 1)
             times = {}
             for sync in MODES:
-                cfg = SimConfig("decomposed", "hop_aware", sync, 1)
+                cfg = SimConfig(UBEP[0], UBEP[1], sync, 1)
                 times[sync] = max(r.done_ns for r in simulate(routing, superpod(ranks), p, cfg)) / 1e3
                 curves.setdefault(f"{ranks} ranks", {}).setdefault(sync, []).append((kib, times[sync]))
             rows.append({"ranks": ranks, "granularity_kib": kib,

@@ -2,10 +2,12 @@
 //
 // A source has counts_D[d] tokens for destination d and n workers. Each variant cuts the token
 // sequence into per-worker pieces (destination, first token, length), exactly as the Python code
-// does; tests/vectors/scheduler.json holds the cases both must reproduce. Running example:
-// counts = [3, 1, 2, 0, 1, 0], hops = [0, 0, 1, 1, 2, 2], n = 2: transpose order
-// [0, 2, 4, 1, 3, 5]; hop_aware gives worker 0 pieces (0, 0, 3), (2, 0, 1) and worker 1
-// (2, 1, 1), (4, 0, 1), (1, 0, 1).
+// does; tests/vectors/scheduler.json holds the cases both must reproduce. hop_balanced is UBEP's
+// mapper, the only variant that meets the per-hop bound v[j][h] <= ceil(V[h] / n); a kernel's
+// worker finds its own slices with hop_balanced_slice. hop_aware (the paper's transposition read
+// literally) stays as a baseline. Running example: counts = [3, 1, 2, 0, 1, 0],
+// hops = [0, 0, 1, 1, 2, 2], n = 2: hop_balanced gives worker 0 pieces (0, 0, 2), (2, 0, 1),
+// (4, 0, 1) and worker 1 (0, 2, 1), (1, 0, 1), (2, 1, 1).
 #pragma once
 
 #include "ubep/qualifiers.h"
@@ -163,22 +165,46 @@ UBEP_FN void load_balanced(const int64_t* counts_D, int64_t num_dests, int64_t n
   equal_slices(counts_D, num_dests, num_workers, s, out);
 }
 
-// The paper's mapper: transpose order, then equal slices.
+// The paper's transposition read literally: transpose order, then equal slices. It never
+// reads the hop classes, so the per-hop bound can fail (mapping.py has a counterexample).
 UBEP_FN void hop_aware(const int64_t* counts_D, int64_t num_dests, int64_t num_workers, Scratch s,
                        Pieces out) {
   transpose_order(num_dests, num_workers, s.order_D);
   equal_slices(counts_D, num_dests, num_workers, s, out);
 }
 
-// Exact per-hop balance: class h's tokens cut into n slices of V[h] / n, its V[h] % n spares dealt
-// to workers o[h], o[h] + 1, ... (mod n), o[h] = (spares of earlier classes) mod n. classes_C is
-// caller scratch of 3 * num_classes entries.
+// Worker j's slice of hop class h under hop_balanced: tokens [lo, hi) of the sequence laid out
+// class by class (the class-sorted destination order). Closed form in the class totals, so each
+// worker finds its slices alone. Class h gets V[h] / n tokens per worker, and its r = V[h] % n
+// spares go to workers o, o + 1, ..., o + r - 1 (mod n), o being the spares dealt before it
+// (mod n), in the order 0, C-1, ..., 1: the farthest class is dealt second, so that when the
+// spares wrap round, the workers holding two get those of the nearest classes.
+// V = [2, 3, 1], n = 4: class 0 -> workers 0, 1; class 2 -> worker 2; class 1 -> workers 3, 0, 1.
+UBEP_FN void hop_balanced_slice(const int64_t* totals_C, int64_t num_classes, int64_t num_workers,
+                                int64_t worker, int64_t h, int64_t* lo, int64_t* hi) {
+  const int64_t n = num_workers;
+  int64_t base = 0, dealt = 0;
+  for (int64_t g = 0; g < num_classes; ++g) {
+    if (g < h) base += totals_C[g];
+    if (h != 0 && (g == 0 || g > h)) dealt += totals_C[g] % n;  // classes dealt before h
+  }
+  const int64_t o = dealt % n, r = totals_C[h] % n, q = totals_C[h] / n;
+  // Spares of the workers before this one: the cyclic run [o, o + r) met with [0, worker); a run
+  // that passes worker n - 1 goes on at [0, wrap).
+  const int64_t wrap = o + r > n ? o + r - n : 0, after_o = worker - o;
+  const int64_t before = (after_o < 0 ? 0 : (after_o < r - wrap ? after_o : r - wrap)) +
+                         (worker < wrap ? worker : wrap);
+  const int64_t mine = (after_o % n + n) % n < r ? 1 : 0;
+  *lo = base + worker * q + before;
+  *hi = *lo + q + mine;
+}
+
+// UBEP's mapper: each hop class cut into n slices (hop_balanced_slice), the destinations taken
+// class by class, natural order inside a class. classes_C is caller scratch of num_classes entries.
 UBEP_FN void hop_balanced(const int64_t* counts_D, const int64_t* hop_D, int64_t num_dests,
                           int64_t num_classes, int64_t num_workers, Scratch s, int64_t* classes_C,
                           Pieces out) {
   int64_t* totals = classes_C;
-  int64_t* spare = classes_C + num_classes;
-  int64_t* offset = classes_C + 2 * num_classes;
   int64_t i = 0;
   for (int64_t h = 0; h < num_classes; ++h) {
     totals[h] = 0;
@@ -189,23 +215,11 @@ UBEP_FN void hop_balanced(const int64_t* counts_D, const int64_t* hop_D, int64_t
       }
     }
   }
-  int64_t spare_sum = 0;
-  for (int64_t h = 0; h < num_classes; ++h) {
-    spare[h] = totals[h] % num_workers;
-    offset[h] = spare_sum % num_workers;
-    spare_sum += spare[h];
-  }
-  int64_t class_start = 0;
-  for (int64_t h = 0; h < num_classes; ++h) {
-    int64_t lo = class_start;
-    for (int64_t j = 0; j < num_workers; ++j) {
-      const int64_t rank = ((j - offset[h]) % num_workers + num_workers) % num_workers;
-      const int64_t size = totals[h] / num_workers + (rank < spare[h] ? 1 : 0);
-      s.lo[j * num_classes + h] = lo;
-      s.hi[j * num_classes + h] = lo + size;
-      lo += size;
+  for (int64_t j = 0; j < num_workers; ++j) {
+    for (int64_t h = 0; h < num_classes; ++h) {
+      hop_balanced_slice(totals, num_classes, num_workers, j, h, &s.lo[j * num_classes + h],
+                         &s.hi[j * num_classes + h]);
     }
-    class_start += totals[h];
   }
   cut(s.order_D, counts_D, num_dests, s.lo, s.hi, num_workers * num_classes, num_classes,
       s.cumsum_D, out);
