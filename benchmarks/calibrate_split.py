@@ -6,17 +6,17 @@ against measured group times.
     PYTHONPATH=. python3 benchmarks/calibrate_split.py --refit benchmarks/data/calibration-....csv
 
 For each dispatch shape (tokens per rank, hidden) and each pair of group caps (the backend's
-``max_count`` / ``max_send``), times dispatches with ``profile=True``: a group's time is when its last
-program finished its work, from the launch's first stamp (``dispatch count: done at``, ``dispatch
-token: done at``, with ``(writers)`` after ``dispatch`` in the compact layout, whose first launch
-counts and sends; median over the calls). Those are ``ubep.tuning.Sample``s of the count and token
-groups; ``ubep.tuning.calibrate`` fits the model on ``flat(W)`` starting from ``h200()``. Prints the
-fitted constants and, per sample, measured µs and the predictions of the fit and of the ``h200()``
-preset; writes ``calibration.csv`` / ``.md`` and ``params.json`` under ``--out``. ``--groups count``
-samples and fits the count group alone, which one GPU can: its terms are the pairs and the
-programs' chain (the model adds the link's latency), while the token group's need the link (2+
-GPUs). ``--refit`` fits the measured column of an earlier ``calibration.csv`` again instead (no
-GPU needed; ``--ranks`` defaults to 2 there).
+``Tuning.max_count`` / ``max_send``, set by ``CudaBackend.retune``), times dispatches with
+``profile=True``: a group's time is when its last program finished its work, from the launch's first
+stamp (``dispatch count: done at``, ``dispatch token: done at``, with ``(writers)`` after
+``dispatch`` in the compact layout, whose first launch counts and sends; median over the calls).
+Those are ``ubep.tuning.Sample``s of the count and token groups; ``ubep.tuning.calibrate`` fits the
+model on ``flat(W)`` starting from ``h200()``. Prints the fitted constants and, per sample, measured
+µs and the predictions of the fit and of the ``h200()`` preset; writes ``calibration.csv`` / ``.md``
+and ``params.json`` under ``--out``. ``--groups count`` samples and fits the count group alone,
+which one GPU can: its terms are the pairs and the programs' chain (the model adds the link's
+latency), while the token group's need the link (2+ GPUs). ``--refit`` fits the measured column of
+an earlier ``calibration.csv`` again instead (no GPU needed; ``--ranks`` defaults to 2 there).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ GROUPS = ("count", "token")
 
 def sweep_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
     """Median group times (µs) of every (tokens, hidden, caps) point on this rank."""
-    from ubep.backends.cuda.backend import COUNT_STEP  # needs Triton: on the GPU only
+    from ubep.backends.cuda.tuning import Tuning  # needs Triton: on the GPU only
 
     dev = torch.device("cuda", torch.cuda.current_device())
     rows = []
@@ -66,18 +66,20 @@ def sweep_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
             buf = ubep.Buffer(hidden=hidden, num_experts=args.experts, top_k=args.top_k,
                               max_tokens_per_rank=tokens, dtype=torch.bfloat16, backend="cuda",
                               layout=layout, profile=True, check_inputs=False)
+            backend = buf._backend
             # a count program per step of pairs, up to the cap: the cap, not the model, decides
-            buf._backend.pair_chunk = COUNT_STEP
+            tuning = Tuning.h200()
+            tuning = dataclasses.replace(tuning, pair_chunk=tuning.count_step)
             for n_count in args.count_groups:
                 for n_send in args.token_groups:
-                    buf._backend.max_count, buf._backend.max_send = n_count, n_send
+                    backend.retune(dataclasses.replace(tuning, max_count=n_count, max_send=n_send))
                     buf.reset_phase_times()
                     for _ in range(args.warmup + args.iters):
                         dist.barrier()
                         torch.cuda.synchronize()
                         buf.dispatch(x, idx, w)
                     phases = buf.phase_times()
-                    launched = buf._backend._workers(tokens)  # the caps, bounded by the work
+                    launched = backend.planner.dispatch_workers(tokens)  # the caps, bounded by the work
                     rows.append({"tokens": tokens, "hidden": hidden,
                                  "n_count": launched.count, "n_token": launched.send,
                                  **{group: statistics.median(

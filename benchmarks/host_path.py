@@ -22,17 +22,17 @@ from types import SimpleNamespace
 
 import torch
 
-from ubep.backends.cuda import backend as cb
-from ubep.backends.cuda import launcher
+from ubep.backends.cuda.backend import CudaBackend
+from ubep.backends.cuda.launcher import Launcher, runtime_names
 from ubep.config import EPConfig
 
 
-class _NoLaunch:
+class NoLaunch:
     """Stands in for a Triton kernel: ``kernel[grid](...)`` and the compiled kernel's
     ``compiled[grid](...)`` both return at once, after ``on_call(args)``."""
 
     def __init__(self, kernel, on_call=lambda args: None):
-        self.arg_names = kernel.arg_names
+        self.fn, self.arg_names = kernel.fn, kernel.arg_names
         self.on_call = on_call
 
     def __getitem__(self, grid):
@@ -43,31 +43,36 @@ class _NoLaunch:
         return call
 
 
-def _host_symmetric(shape, dtype, group, device):
+def host_symmetric(shape, dtype):
     """A one-rank symmetric buffer in host memory: its local tensor and its one-entry peer table."""
     local = torch.zeros(shape, dtype=dtype)
     return SimpleNamespace(local=local, nbytes=local.numel() * dtype.itemsize,
                            ptrs=torch.tensor([local.data_ptr()]), barrier=lambda timeout_ms: None)
 
 
-def stubbed_backend(args: argparse.Namespace) -> cb.CudaBackend:
-    """A W = 1 cuda backend on the CPU whose launches do nothing, but for the compact layout's
-    sizing launch: it writes the output's rows (every pair's) into the host's size word."""
-    cb.SymmetricBuffer, cb.enable_for = _host_symmetric, lambda group: None
-    launcher.INTERPRETED = False  # take the compiled-kernel path, as on a GPU
+def stubbed_backend(args: argparse.Namespace, launcher=Launcher) -> CudaBackend:
+    """A W = 1 cuda backend on the CPU whose kernels do nothing, but for the compact layout's
+    sizing launch: it writes the output's rows (every pair's) into the host's size word. Launches
+    go through ``launcher(kernel, **fixed)`` (``Launcher``: the GPU's path, keys and all)."""
     cfg = EPConfig(world_size=1, rank=0, hidden=args.hidden, num_experts=args.experts,
                    top_k=args.top_k, max_tokens_per_rank=args.tokens, dtype=torch.bfloat16,
                    layout=args.layout, sync=args.sync)
-    backend = cb.CudaBackend(cfg, None, torch.device("cpu"))
+    host_words = []  # the backend's pinned size word, once it exists
 
-    tpe = launcher.runtime_names(backend.launch_dispatch.kernel).index("tpe_ptr")
+    def stubbed(kernel, **fixed):
+        on_call = lambda launch_args: None  # noqa: E731
+        if kernel.fn.__name__ == "dispatch":
+            tpe = runtime_names(kernel).index("tpe_ptr")
 
-    def sizes(launch_args):
-        if launch_args[tpe] is backend.host_tpe:
-            backend.host_rows.value = args.tokens * args.top_k
+            def on_call(launch_args):
+                if launch_args[tpe] is host_words[0]:
+                    host_words[0][-1] = args.tokens * args.top_k
 
-    backend.launch_dispatch.kernel = _NoLaunch(backend.launch_dispatch.kernel, sizes)
-    backend.launch_combine.kernel = _NoLaunch(backend.launch_combine.kernel)
+        return launcher(NoLaunch(kernel, on_call), **fixed)
+
+    backend = CudaBackend(cfg, None, torch.device("cpu"), symmetric=host_symmetric,
+                          launcher=stubbed)
+    host_words.append(backend.host_tpe)
     return backend
 
 

@@ -11,8 +11,8 @@ step, the count programs' prefix as wide as the call's pairs), above that the co
 writers' launch. Prints registers and stack bytes per thread, and the kernel's reductions (TTGIR
 ``tt.reduce``) and ``bar.sync`` instructions (PTX), counted in the code, not as executed: one in a
 loop counts once. The combine kernel (``--kernel combine``), both reductions, under the register
-budget the backend gives it (``COMBINE_REGISTERS``): two reducers per token in calls of at most
-``DECODE_TOKENS`` tokens (one in ``sp``, whose reducers take whole tokens), one above.
+budget the backend gives it (``Tuning.combine_registers``): two reducers per token in calls of at
+most ``DECODE_TOKENS`` tokens (one in ``sp``, whose reducers take whole tokens), one above.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import argparse
 import torch
 
 from tests.test_cuda_compile import POINTERS, _build, _dispatch_constants, _mode, _resources, ck, dk
-from ubep.backends.cuda.backend import COMBINE_REGISTERS
 from ubep.backends.cuda.geometry import (
     reducer_tile,
     row_meta,
@@ -30,6 +29,7 @@ from ubep.backends.cuda.geometry import (
     verify_split,
     verify_step,
 )
+from ubep.backends.cuda.tuning import Tuning
 from ubep.backends.cuda.verify import RETURNED_ROWS
 
 DECODE_TOKENS = 512  # calls up to this many tokens are decode steps here (padded layout)
@@ -72,7 +72,7 @@ def _combine_rows(args: argparse.Namespace) -> None:
                 for partial in (False, True):
                     kernel = _build(ck.combine, POINTERS["combine"],
                                     combine_constants(mode, world, tokens, partial),
-                                    COMBINE_REGISTERS.get(mode))
+                                    Tuning.h200().registers(mode))
                     used = _resources(kernel.asm["cubin"])
                     reduce = "expert_rank" if partial else "source"
                     print(f"| {mode} | {world} | {tokens} | {reduce} | {used['REG']} | "

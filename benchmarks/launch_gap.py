@@ -8,9 +8,10 @@ One rank (W = 1) of the cuda backend, bf16, top-k routing drawn uniformly; profi
 
 Prints one Markdown row per case: the gap, the writers' and the receivers' kernel, median µs over
 ``--calls`` calls (each after a synchronization, as an eager call from an idle GPU), the gap's
-minimum and maximum beside its median; then the host's time in the same calls, split where it waits
-for the size: from the call to the wait (the Python before the writers' launch, the launch), the
-wait, from the wait to the receivers' launch queued, and the rest of the call.
+minimum and maximum beside its median; then the host's time in the same calls (the backend's own,
+without ``Buffer``'s), split where it waits for the size: ``start_dispatch`` (the Python before the
+writers' launch, the launch), the wait, and ``finish_dispatch`` (the output's allocation, the
+receivers' launch, the result).
 """
 
 from __future__ import annotations
@@ -40,35 +41,20 @@ def launch_pairs(events: list[dict]) -> list[tuple[float, float, float]]:
             for first, second in zip(kernels[0::2], kernels[1::2], strict=True)]
 
 
-class _HostMarks:
-    """Times (s, ``perf_counter``) of one call's host steps on ``backend``: ``wait`` and ``sized``
-    around its wait for the size, ``launched`` after each dispatch launch (the last one counts)."""
-
-    def __init__(self, backend) -> None:
-        self.marks: dict[str, float] = {}
-        poll, launch = backend._received_rows, backend.launch_dispatch
-
-        def received_rows():
-            self.marks["wait"] = time.perf_counter()
-            rows = poll()
-            self.marks["sized"] = time.perf_counter()
-            return rows
-
-        def launch_dispatch(*args, **kwargs):
-            launch(*args, **kwargs)
-            self.marks["launched"] = time.perf_counter()
-
-        backend._received_rows, backend.launch_dispatch = received_rows, launch_dispatch
-
-    def call(self, fn, *args) -> tuple[float, float, float, float]:
-        """``fn(*args)``'s host µs: to the wait, the wait, to the receivers' launch queued, the
-        rest."""
-        start = time.perf_counter()
-        fn(*args)
-        end = time.perf_counter()
-        m = self.marks
-        return tuple((b - a) * 1e6 for a, b in ((start, m["wait"]), (m["wait"], m["sized"]),
-                                                 (m["sized"], m["launched"]), (m["launched"], end)))
+def host_steps(backend, x, idx, w) -> tuple[float, float, float]:
+    """A compact dispatch on ``backend`` (a ``CudaBackend``), its host µs split where it waits for
+    the size: ``start_dispatch`` (the Python before the writers' launch, the launch), the wait for
+    the pinned size word (or the writers' launch to end), then ``finish_dispatch`` (the output's
+    allocation, the receivers' launch, the result)."""
+    start = time.perf_counter()
+    pending = backend.start_dispatch(x, idx, w)
+    queued = time.perf_counter()
+    while backend.host_rows.value < 0 and not (backend.sized is None or backend.sized.query()):
+        pass
+    sized = time.perf_counter()
+    backend.finish_dispatch(pending)
+    end = time.perf_counter()
+    return tuple((b - a) * 1e6 for a, b in ((start, queued), (queued, sized), (sized, end)))
 
 
 def probe_rank(rank: int, world: int, args: argparse.Namespace) -> list[str]:
@@ -88,7 +74,6 @@ def probe_rank(rank: int, world: int, args: argparse.Namespace) -> list[str]:
                                   max_tokens_per_rank=tokens, dtype=torch.bfloat16, backend="cuda",
                                   layout="compact", sync=sync, check_inputs=False,
                                   num_sms=sms or None)
-                host = _HostMarks(buf._backend)
                 for _ in range(3):  # compiles, then warms the caching allocator
                     buf.dispatch(x, idx, w)
                 torch.cuda.synchronize()
@@ -96,7 +81,7 @@ def probe_rank(rank: int, world: int, args: argparse.Namespace) -> list[str]:
                 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
                     for _ in range(args.calls):
                         torch.cuda.synchronize()
-                        steps.append(host.call(buf.dispatch, x, idx, w))
+                        steps.append(host_steps(buf._backend, x, idx, w))
                     torch.cuda.synchronize()
                 with tempfile.TemporaryDirectory() as tmp:
                     trace = Path(tmp) / "trace.json"
@@ -127,8 +112,8 @@ def main() -> int:
     from ubep.launch import run_ranks
 
     print("| sync | tokens | SMs | calls | gap (min-max) | writers' kernel | receivers' kernel | "
-          "host: to the wait | the wait | to the receivers' launch | the rest |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "host: start_dispatch | the wait | finish_dispatch |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in run_ranks(probe_rank, 1, args, pg_backend="nccl", timeout_s=600)[0]:
         print(row, flush=True)
     return 0

@@ -2,8 +2,9 @@
 Triton's interpreter, checked bit for bit against the oracle.
 
 The backend's symmetric buffers become host tensors that every emulated rank addresses through the
-same base-address tables, and the backend runs ``phased`` (each group that waits for peers gets a
-launch of its own), so every rank runs its writers before any rank waits. Run only in a process whose
+same base-address tables, and the backend runs with ``Tuning(phased=True)`` (each group that waits
+for peers gets a launch of its own, queued by ``finish_*``), so every rank runs its writers before
+any rank waits. Run only in a process whose
 environment had ``TRITON_INTERPRET=1`` before Triton was imported (tests/test_cuda_emulated.py).
 
 Every launch runs its programs one after another in id order, so a program that waited for a higher
@@ -14,7 +15,9 @@ id would find nothing (the interpreter has no timer: a wait checks once and repo
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
+from dataclasses import replace
 from types import SimpleNamespace
 
 import torch
@@ -32,17 +35,28 @@ from tests.workers import (
 from ubep import oracle, workloads
 
 
-def emulated_backends(case: Case, max_count: int | None = None) -> list:
-    """One ``CudaBackend`` per rank of ``case``, over host tensors shared in one process. Count
-    programs order 4 pairs per step, so small cases have several (the first ones count the pairs
-    before them, later ones wait for them); ``max_count`` caps their number."""
-    from ubep.backends.cuda import backend as cb
+def emulated_tuning(**changes):
+    """The emulation's ``Tuning``: every group that waits for peers in a launch of its own; count
+    programs of 4 pairs a step, so small cases have several (those starting past pair 8 wait for
+    the rows of the ones before); ``changes`` on top."""
+    from ubep.backends.cuda.tuning import Tuning  # imports Triton: only once the interpreter is set
+
+    return Tuning(phased=True, pair_chunk=4, prefix_pairs=8, **changes)
+
+
+def emulated_backends(case: Case, max_count: int | None = None, tuning=None) -> list[EmulatedRank]:
+    """One ``CudaBackend`` per rank of ``case``, over host tensors shared in one process, with
+    ``tuning`` (``emulated_tuning()``; ``max_count`` caps the count programs)."""
+    from ubep.backends.cuda.backend import CudaBackend
     from ubep.config import EPConfig
 
     world = len(case.tokens)
+    tuning = tuning or emulated_tuning()
+    if max_count is not None:
+        tuning = replace(tuning, max_count=max_count)
     shared: list[list[torch.Tensor]] = []  # the i-th allocation, one tensor per rank
 
-    def symmetric(rank, made, shape, dtype, group, device):
+    def symmetric(rank, made, shape, dtype):
         i = next(made)
         if i == len(shared):
             shared.append([torch.zeros(shape, dtype=dtype) for _ in range(world)])
@@ -51,28 +65,52 @@ def emulated_backends(case: Case, max_count: int | None = None) -> list:
                                ptrs=torch.tensor([t.data_ptr() for t in peers], dtype=torch.int64),
                                barrier=lambda timeout_ms: None)
 
-    saved = cb.SymmetricBuffer, cb.enable_for
     backends = []
-    try:
-        cb.enable_for = lambda group: None
-        for rank in range(world):
-            made = itertools.count()
-            cb.SymmetricBuffer = lambda *a, rank=rank, made=made: symmetric(rank, made, *a)
-            cfg = EPConfig(world_size=world, rank=rank, hidden=case.hidden,
-                           num_experts=case.num_experts, top_k=case.top_k,
-                           max_tokens_per_rank=case.max_tokens or max(max(case.tokens), 1),
-                           dtype=DTYPES[case.dtype], layout=case.layout, sync=case.sync,
-                           num_sms=case.num_sms)
-            backend = cb.CudaBackend(cfg, None, torch.device("cpu"))
-            backend.timeout_ns = 0  # the interpreter has no timer: a wait checks once
-            backend.phased = True
-            backend.pair_chunk = 4
-            backend.prefix_pairs = 8  # count programs starting past pair 8 wait for the rows before
-            backend.max_count = max_count or backend.max_count
-            backends.append(backend)
-    finally:
-        cb.SymmetricBuffer, cb.enable_for = saved
+    for rank in range(world):
+        made = itertools.count()
+        cfg = EPConfig(world_size=world, rank=rank, hidden=case.hidden,
+                       num_experts=case.num_experts, top_k=case.top_k,
+                       max_tokens_per_rank=case.max_tokens or max(max(case.tokens), 1),
+                       dtype=DTYPES[case.dtype], layout=case.layout, sync=case.sync,
+                       num_sms=case.num_sms)
+        backend = CudaBackend(cfg, None, torch.device("cpu"), tuning=tuning,
+                              symmetric=functools.partial(symmetric, rank, made))
+        backend.timeout_ns = 0  # the interpreter has no timer: a wait checks once
+        backends.append(EmulatedRank(backend))
     return backends
+
+
+class EmulatedRank:
+    """A rank's backend whose operations are also steps for :func:`lockstep`: ``dispatch_steps``
+    and the like run the call's ``start_*`` at the first step and its ``finish_*`` at the second,
+    which returns the result (every other attribute is the backend's)."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+
+    def __getattr__(self, name: str):
+        return getattr(self.backend, name)
+
+    def dispatch_steps(self, x, idx, w):
+        return self._steps(self.backend.start_dispatch, self.backend.finish_dispatch, x, idx, w)
+
+    def dispatch_like_steps(self, x, handle):
+        return self._steps(self.backend.start_dispatch_like, self.backend.finish_dispatch_like, x,
+                           handle)
+
+    def combine_steps(self, expert_out, handle, reduce, weighted):
+        return self._steps(self.backend.start_combine, self.backend.finish_combine, expert_out,
+                           handle, reduce, weighted)
+
+    def return_pair_values_steps(self, values, handle):
+        return self._steps(self.backend.start_return_pair_values,
+                           self.backend.finish_return_pair_values, values, handle)
+
+    @staticmethod
+    def _steps(start, finish, *args):
+        pending = start(*args)
+        yield
+        return finish(pending)
 
 
 def lockstep(steps: list) -> list:
@@ -282,25 +320,25 @@ def emulated_sentinel_case(_rank: int, _world: int, case: Case, calls: int) -> N
 def emulated_receivers_change_case(_rank: int, _world: int, case: Case, receivers: list[int],
                                    verify_tokens: list[int] | None = None) -> None:
     """One dispatch and one combine per entry of ``receivers``, each call with that many receiving
-    programs on every rank (a call acks the one before it, so a slot is freed whatever the number
-    of programs that read it): every result equal to the oracle, no wait timed out, each call
-    acked by the next. ``verify_tokens`` (``dc``):
-    each call's tokens per verifier program (``geometry.VERIFY_TOKENS``, with no floor), so that the
-    verifiers per source change between calls over the same state words."""
-    from ubep.backends.cuda import geometry
-
-    if verify_tokens:
-        geometry.VERIFY_MIN, geometry.VERIFY_TOKENS = 1, min(verify_tokens)  # state for the most verifiers
-    backends = emulated_backends(case)
+    programs on every rank (``Tuning.max_recv``; a call acks the one before it, so a slot is freed
+    whatever the number of programs that read it): every result equal to the oracle, no wait timed
+    out, each call acked by the next. ``verify_tokens`` (``dc``): each call's tokens per verifier
+    program (``Tuning.verify_tokens``, with no floor), so that the verifiers per source change
+    between calls over the same state words (sized for the most)."""
+    tuning = emulated_tuning(verify_min=1, verify_tokens=min(verify_tokens)) if verify_tokens \
+        else emulated_tuning()
+    backends = emulated_backends(case, tuning=tuning)
     world, cfg = len(backends), backends[0].config
     xs, idxs, ws = _inputs(case, world)
     outs = oracle.expert_outputs(idxs, lambda s, t, k, e: xs[s][t])
     for call, n in enumerate(receivers):
-        for backend in backends:
-            backend.receivers = n
+        retuned = replace(tuning, max_recv=n)
         if verify_tokens:
-            geometry.VERIFY_TOKENS = verify_tokens[call]
-        label = f"call {call} ({n} receivers, {backends[0]._verifiers(len(xs[0]))} verifiers)"
+            retuned = replace(retuned, verify_tokens=verify_tokens[call])
+        for backend in backends:
+            backend.retune(retuned)
+            assert backend.planner.receivers == n
+        label = f"call {call} ({n} receivers, {backends[0].planner.verifiers(len(xs[0]))} verifiers)"
         dispatched = _dispatch(backends, xs, idxs, ws)
         _check_received(dispatched, xs, idxs, ws, cfg, label, _check_equal)
         _check_combine(backends, [x for x, _, _ in dispatched], [h for _, _, h in dispatched], outs,

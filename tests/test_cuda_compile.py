@@ -19,7 +19,6 @@ from triton.compiler import ASTSource  # noqa: E402
 from ubep.backends.cuda import checksum, sync, wire  # noqa: E402
 from ubep.backends.cuda import combine_kernels as ck  # noqa: E402
 from ubep.backends.cuda import dispatch_kernels as dk  # noqa: E402
-from ubep.backends.cuda.backend import COMBINE_REGISTERS, COUNT_STEP  # noqa: E402
 from ubep.backends.cuda.geometry import (  # noqa: E402
     NUM_WARPS,
     recv_parts,
@@ -29,9 +28,11 @@ from ubep.backends.cuda.geometry import (  # noqa: E402
     step_rows,
     verify_step,
 )
+from ubep.backends.cuda.tuning import Tuning  # noqa: E402
 from ubep.backends.cuda.verify import RETURNED_ROWS, STAGED_TOKENS  # noqa: E402
 
 MODES = list(wire.MODE_CODES)
+TUNING = Tuning.h200()
 
 TARGET = GPUTarget("cuda", 90, 32)
 POINTERS = {
@@ -86,7 +87,7 @@ def _dispatch_constants(mode, *, like, replicate, tokens, counts_first, profile)
     ``tokens`` tokens (row steps); two receivers per row (ignored by launches without receivers)."""
     meta = row_meta(mode, 7168, 2, tokens)
     return {"WORLD": 2, "E_LOCAL": 128, "W_BLOCK": 2, "L_BLOCK": 128, "TOP_K": 8, "K_BLOCK": 8,
-            "E_BLOCK": 256, "CHUNK": COUNT_STEP, "J_BLOCK": 16, "N_BLOCK": 256, "PREFIX": 2048,
+            "E_BLOCK": 256, "CHUNK": TUNING.count_step, "J_BLOCK": 16, "N_BLOCK": 256, "PREFIX": 2048,
             **_mode(mode, torch.bfloat16), "LIKE": like, "RECORDS": (not like) or mode == "sw",
             "REPLICATE": replicate, "VERIFY": replicate and mode == "dc", "SPLIT": 8,
             "VERIFY_STEP": verify_step(tokens, 8, STAGED_TOKENS),
@@ -192,7 +193,7 @@ def _resources(cubin: bytes) -> dict:
     return {k: int(v) for k, v in re.findall(r"\b(REG|STACK):(\d+)", out)}
 
 
-@pytest.mark.parametrize("mode", sorted(COMBINE_REGISTERS))
+@pytest.mark.parametrize("mode", sorted(dict(TUNING.combine_registers)))
 @pytest.mark.parametrize(("partial", "tokens", "parts", "top_k"),
                          [(False, 4096, 1, 8), (True, 128, 2, 8), (False, 4096, 1, 16)])
 def test_combine_fits_its_register_budget(mode, partial, tokens, parts, top_k):
@@ -210,7 +211,7 @@ def test_combine_fits_its_register_budget(mode, partial, tokens, parts, top_k):
                  "FINAL": True, "VERIFY_STEP": RETURNED_ROWS // top_k,
                  "PROFILE": False, **rows, "ROWS": min(top_k, step_rows(rows)), "R_BLOCK": r_block,
                  "RCB": reduce_step_blocks(rows, r_block), "RECV_PARTS": parts}
-    budget = COMBINE_REGISTERS[mode]
+    budget = TUNING.registers(mode)
     stack = 96 if (mode, top_k) == ("sw", 16) else 64
     used = _resources(_build(ck.combine, POINTERS["combine"], constants, budget).asm["cubin"])
     assert used["REG"] <= budget and used["STACK"] <= stack, used

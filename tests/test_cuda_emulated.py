@@ -19,7 +19,7 @@ from tests.cuda_emulation import (
     emulated_receivers_change_case,
     emulated_sentinel_case,
 )
-from tests.workers import Case
+from tests.workers import DTYPES, Case
 from ubep.launch import run_ranks
 
 pytest.importorskip("triton")
@@ -148,10 +148,25 @@ def test_dc_verifiers_follow_the_call_size():
     assert verify_split(8, None, 16) == 2 and verify_split(16, None, 16) == 1
     assert verify_split(1, 24, 4096) == 4 and verify_split(2, 24, 4096) == 2
     assert verify_split(4, 8, 4096) == 1
-    case = Case(tokens=(64, 64), hidden=64, num_experts=8, top_k=2, sync="dc", max_tokens=4096)
-    backend = emulated_backends(case)[0]
-    assert backend.verifiers == 64 and backend._verifiers(32) == 16
-    assert backend._workers(4096).split(2) == 32 and backend._combine_workers(20).split(2) == 8
+    planner = _planner(Case(tokens=(64, 64), hidden=64, num_experts=8, top_k=2, sync="dc",
+                            max_tokens=4096))
+    assert planner.most_verifiers == 64 and planner.verifiers(32) == 16
+    assert planner.dispatch_workers(4096).split(2) == 32
+    assert planner.combine_workers(20).split(2) == 8
+
+
+def _planner(case: Case, **tuning):
+    """The launch planner of rank 0 of ``case``'s buffer (``tuning``: changes to the default)."""
+    from ubep.backends.cuda.plan import Planner
+    from ubep.backends.cuda.tuning import Tuning
+    from ubep.config import EPConfig
+
+    cfg = EPConfig(world_size=len(case.tokens), rank=0, hidden=case.hidden,
+                   num_experts=case.num_experts, top_k=case.top_k,
+                   max_tokens_per_rank=case.max_tokens or max(max(case.tokens), 1),
+                   dtype=DTYPES[case.dtype], layout=case.layout, sync=case.sync,
+                   num_sms=case.num_sms)
+    return Planner(cfg, Tuning(**tuning))
 
 
 def test_dc_shares_give_every_verifier_rows():
@@ -178,26 +193,28 @@ def test_sm_budget_bounds_every_launch(sync, num_sms, layout):
 
     case = Case(tokens=(64, 64), hidden=64, num_experts=256, top_k=8, sync=sync, num_sms=num_sms,
                 max_tokens=4096, layout=layout)
-    backend = emulated_backends(case)[0]
+    planner = _planner(case, pair_chunk=4)
     split = layout == "compact"
-    assert backend.split_launches == split
-    assert backend.receivers == (num_sms - backend.verifiers) // (1 if split else 2)
-    senders = num_sms - 1 if split else num_sms - backend.verifiers - backend.receivers
+    assert planner.split_launches == split
+    assert planner.receivers == (num_sms - planner.most_verifiers) // (1 if split else 2)
+    senders = num_sms - 1 if split else num_sms - planner.most_verifiers - planner.receivers
     assert senders >= 2
-    combine = backend._combine_workers(4096)
+    combine = planner.combine_workers(4096)
     assert combine.send == (num_sms if split else senders)
-    assert backend.combine_programs(4096) <= num_sms
+    assert planner.combine_programs(4096) <= num_sms
     for tokens in (0, 1, 16, 128, 4096):
-        workers = backend._workers(tokens)
+        workers = planner.dispatch_workers(tokens)
         launches = ([workers.count + workers.send + 1, workers.recv + workers.verify] if split
                     else [workers.total])
-        assert max(launches) <= num_sms and backend.programs(tokens) == max(launches)
-        like = backend._like_workers(tokens)
+        assert max(launches) <= num_sms and planner.programs(tokens) == max(launches)
+        plan = planner.dispatch(tokens, profile=False)
+        assert [launch.workers.total for launch in plan.start + plan.finish] == launches
+        like = planner.like_workers(tokens)
         assert like.count == 0 and (like.send if split else like.total) <= num_sms
         shape = DispatchShape(tokens=-(-tokens // 128) * 128, experts=256, topk=8,
                               bytes_per_token=64 * 2)
         split_model = best_split(shape, senders, flat(2), h200())
-        pair_steps = -(-tokens * 8 // backend.pair_chunk)  # a count program orders whole steps
+        pair_steps = -(-tokens * 8 // 4)  # a count program orders whole steps
         assert workers.count == max(1, min(split_model.n_count, pair_steps))
         assert workers.send == max(1, min(tokens, split_model.n_token))
 
@@ -207,25 +224,26 @@ def test_decode_calls_have_a_count_program_per_step():
     one count program per ``COUNT_STEP`` pairs; larger calls as many as the cost model's count term
     is least with at the upper edge of their token bucket (``best_count``), at most the cap; every
     call orders ``COUNT_STEP`` pairs a step."""
-    from ubep.backends.cuda.backend import COUNT_STEP, PREFIX_PAIRS, SPLIT_BUCKET_TOKENS
+    from ubep.backends.cuda.tuning import Tuning
     from ubep.topology import flat
     from ubep.tuning import DispatchShape, best_count, h200
 
+    default = Tuning()
+    step, prefix_pairs = default.count_step, default.prefix_pairs
     case = Case(tokens=(64, 64), hidden=64, num_experts=256, top_k=8, max_tokens=4096)
-    backend = emulated_backends(case)[0]
-    backend.pair_chunk, backend.prefix_pairs = None, PREFIX_PAIRS
-    decode = PREFIX_PAIRS // 8  # tokens of top-8
-    counts = [backend._workers(t).count for t in (0, 1, 16, 128, decode, decode + 1, 4096)]
-    edge = -(-(decode + 1) // SPLIT_BUCKET_TOKENS) * SPLIT_BUCKET_TOKENS
+    planner = _planner(case)
+    decode = prefix_pairs // 8  # tokens of top-8
+    counts = [planner.dispatch_workers(t).count for t in (0, 1, 16, 128, decode, decode + 1, 4096)]
+    edge = -(-(decode + 1) // default.split_bucket_tokens) * default.split_bucket_tokens
     modelled = best_count(DispatchShape(tokens=edge, experts=256, topk=8, bytes_per_token=128),
                           256, flat(2), h200())
-    assert counts == [1, 1, 4, 32, PREFIX_PAIRS // COUNT_STEP, modelled, 99]  # best_count's example
-    assert backend._count_step() == COUNT_STEP
-    backend.max_count = 8
-    assert [backend._workers(t).count for t in (32, 128, 4096)] == [8, 8, 8]
+    assert counts == [1, 1, 4, 32, prefix_pairs // step, modelled, 99]  # best_count's example
+    assert planner.count_step() == step
+    capped = _planner(case, max_count=8)
+    assert [capped.dispatch_workers(t).count for t in (32, 128, 4096)] == [8, 8, 8]
     # the pairs a count program loads to count those before it: what the call has, in powers of 2
-    widths = [backend._prefix_width(t) for t in (0, 1, 5, 16, 128, decode, decode + 1, 4096)]
-    assert widths == [COUNT_STEP, COUNT_STEP, 64, 128, 1024, PREFIX_PAIRS, PREFIX_PAIRS, PREFIX_PAIRS]
+    widths = [planner.prefix_width(t) for t in (0, 1, 5, 16, 128, decode, decode + 1, 4096)]
+    assert widths == [step, step, 64, 128, 1024, prefix_pairs, prefix_pairs, prefix_pairs]
 
 
 def test_receivers_share_rows_of_several_steps():
@@ -233,23 +251,24 @@ def test_receivers_share_rows_of_several_steps():
     the row's steps divide between them; a buffer without an SM budget of at most ``PARTS_ITEMS``
     items has two receivers per item, but in ``dc``, whose combine still splits its tokens' rows
     where the receivers outnumber them twice (``sp``'s combine never does: the backend's launch)."""
-    from ubep.backends.cuda.backend import MAX_RECV
     from ubep.backends.cuda.geometry import PARTS_ITEMS, recv_parts
+    from ubep.backends.cuda.tuning import Tuning
 
+    max_recv = Tuning().max_recv
     # W = 1, 128 tokens of 7168 bf16 (112 blocks, 64 a step); EP2's 256 items; 3 steps; 1 step
-    assert recv_parts(MAX_RECV, 128, 112, 64) == 2 and recv_parts(MAX_RECV, 256, 112, 64) == 1
-    assert recv_parts(MAX_RECV, 64, 130, 64) == 1 and recv_parts(MAX_RECV, 64, 64, 64) == 1
+    assert recv_parts(max_recv, 128, 112, 64) == 2 and recv_parts(max_recv, 256, 112, 64) == 1
+    assert recv_parts(max_recv, 64, 130, 64) == 1 and recv_parts(max_recv, 64, 64, 64) == 1
     for sync, receivers in (("sw", 12), ("sp", 12), ("dc", 6)):
         case = Case(tokens=(3, 2), hidden=2080, num_experts=4, top_k=2, dtype="fp32",
                     layout="padded", sync=sync)
-        backend = emulated_backends(case)[0]
-        assert backend.receivers == receivers
-        assert recv_parts(backend.receivers, 3, 65, 64) == 2  # the combine of 3 tokens
+        planner = _planner(case)
+        assert planner.receivers == receivers
+        assert recv_parts(planner.receivers, 3, 65, 64) == 2  # the combine of 3 tokens
     over = Case(tokens=(70, 66), hidden=2080, num_experts=4, top_k=2, dtype="fp32",
                 layout="padded", sync="sw")
-    assert emulated_backends(over)[0].receivers == 140 > PARTS_ITEMS  # one per item
+    assert _planner(over).receivers == 140 > PARTS_ITEMS  # one per item
     wide = Case(tokens=(200, 200), hidden=2080, num_experts=4, top_k=2, dtype="fp32", sync="sw")
-    assert emulated_backends(wide)[0].receivers == MAX_RECV
+    assert _planner(wide).receivers == max_recv
 
 
 def test_two_count_programs_split_the_pairs(monkeypatch):
@@ -293,21 +312,19 @@ def test_combine_reducers_fit_the_calls_tokens(sync, per_token):
     # rows of two steps (2080 fp32 elements), so that two receivers share each of the 128 items
     case = Case(tokens=(64, 64), hidden=2080, num_experts=8, top_k=2, dtype="fp32", sync=sync,
                 layout="padded")
-    backend = emulated_backends(case)[0]
-    assert backend.receivers == 256
+    planner = _planner(case)
+    assert planner.receivers == 256
     for tokens, reducers in ((64, 64 * per_token), (5, 5 * per_token), (0, 1)):
-        assert backend._combine_workers(tokens).recv == reducers
-    assert backend._combine_workers(64).send == backend._combine_workers(0).send
+        assert planner.combine_workers(tokens).recv == reducers
+    assert planner.combine_workers(64).send == planner.combine_workers(0).send
 
 
 def test_the_wait_for_the_size_ends_like_a_synchronization():
     """The host's wait for the compact output's size (``_received_rows``) returns the word once the
     sizing launch writes it, however many polls that takes; a launch that ended without writing it
     is an error, not a hang."""
-    from ubep.backends.cuda.backend import SPIN_POLLS
-
-    backends = emulated_backends(Case(tokens=(4, 4), hidden=16, num_experts=4, top_k=2))
-    backend = backends[0]
+    backend = emulated_backends(Case(tokens=(4, 4), hidden=16, num_experts=4, top_k=2))[0].backend
+    spin_polls = backend.tuning.spin_polls
 
     class Launch:  # stands in for the event after the sizing launch
         def __init__(self, writes_at: int | None, ends_at: int):
@@ -319,8 +336,8 @@ def test_the_wait_for_the_size_ends_like_a_synchronization():
                 backend.host_rows.value = 9
             return self.polls >= self.ends_at
 
-    for writes_at in (1, SPIN_POLLS + 5):  # past SPIN_POLLS each poll yields the GIL
-        backend.host_rows.value, backend.sized = -1, Launch(writes_at, ends_at=10 * SPIN_POLLS)
+    for writes_at in (1, spin_polls + 5):  # past spin_polls each poll yields the GIL
+        backend.host_rows.value, backend.sized = -1, Launch(writes_at, ends_at=10 * spin_polls)
         assert backend._received_rows() == 9
     backend.host_rows.value, backend.sized = -1, Launch(None, ends_at=3)
     with pytest.raises(RuntimeError, match="sizing launch ended without writing its output's rows"):

@@ -29,25 +29,18 @@ def test_an_odd_kernel_count_is_an_error():
         launch_pairs([_kernel("dispatch", t, 1.0) for t in (0.0, 10.0, 20.0)])
 
 
-def test_host_marks_split_a_compact_dispatch_at_its_wait(monkeypatch):
-    """On a CPU backend whose launches are stubbed (``host_path.py``): four parts, in order."""
+def test_host_steps_split_a_compact_dispatch_at_its_wait():
+    """On a CPU backend whose kernels are stubbed (``host_path.py``): three parts, in order."""
     pytest.importorskip("triton")
     import argparse
 
     import torch
 
-    from ubep.backends.cuda import backend as cb
-    from ubep.backends.cuda import launcher
-
-    # stubbed_backend replaces these module globals: restored after the test
-    for module, name in ((cb, "SymmetricBuffer"), (cb, "enable_for"), (launcher, "INTERPRETED")):
-        monkeypatch.setattr(module, name, getattr(module, name))
     host_path = load_benchmark("host_path")
     args = argparse.Namespace(sync="tff", tokens=16, hidden=64, experts=16, top_k=4, layout="compact")
     backend = host_path.stubbed_backend(args)
-    marks = load_benchmark("launch_gap")._HostMarks(backend)
     x = torch.zeros(16, 64, dtype=torch.bfloat16)
     idx = torch.arange(16 * 4).view(16, 4) % 16
-    parts = marks.call(backend.dispatch, x, idx, torch.ones(16, 4))
-    assert len(parts) == 4 and all(p >= 0 for p in parts), parts
+    parts = load_benchmark("launch_gap").host_steps(backend, x, idx, torch.ones(16, 4))
+    assert len(parts) == 3 and all(p >= 0 for p in parts), parts
     assert backend.dispatch(x, idx, torch.ones(16, 4))[0].shape == (64, 64)

@@ -1,6 +1,6 @@
 """How a call's work is cut into pieces, as pure functions of its sizes: a row's blocks, flags and
 steps per sync mode (``row_meta``), the tiles a program moves per step, the programs that share a
-received item or a reduced token, and ``dc``'s verifier shares. The backend (``backend``) turns them
+received item or a reduced token, and ``dc``'s verifier shares. The planner (``plan``) turns them
 into each launch's compile-time constants; each constant's reason sits beside it.
 """
 
@@ -11,47 +11,31 @@ import functools
 import torch
 
 from ubep.backends.cuda import wire
+from ubep.backends.cuda.tuning import Tuning
+
+DEFAULT = Tuning()
 
 INT_VIEW = {2: torch.int16, 4: torch.int32}  # rows move as integers of their element width
-# Bytes of a row a program moves per step: few round trips per row. Calls of at least
-# LARGE_CHUNK_TOKENS tokens take 16 KiB steps (a 7168-element bf16 row in one step), which pay off
-# at 4096 tokens and cost time at 128 (H200, docs/BENCHMARKS.md).
+# Bytes of a row a program moves per step; calls of at least LARGE_CHUNK_TOKENS tokens take the
+# larger step, which pays off only in large calls (docs/BENCHMARKS.md).
 CHUNK_BYTES, LARGE_CHUNK_BYTES, LARGE_CHUNK_TOKENS = 8192, 16384, 1024
-# Bytes of rows that a program with several to move loads per step, as one tile (senders, receivers):
-# rows in flight together raise a program's copy rate (one 14 KiB row at a time about 27 GB/s, two
-# to four 43-48; H200, docs/BENCHMARKS.md), and wider tiles spill registers. Only where a program has
-# more than one row: with one, the wider tile only costs time.
+# Bytes of rows a program with several to move loads per step as one tile (senders, receivers):
+# rows in flight together raise its copy rate; wider tiles spill (docs/BENCHMARKS.md).
 SEND_TILE_BYTES = 32768
 NUM_WARPS = 8
-# Blocks of a row tile, at least one 16-byte vector per thread: Triton then gives each 128-byte block
-# to 8 lanes of one warp, so a block moves in one warp instruction, which tff and sp rely on. A smaller
-# tile is spread over the warps, a block's halves in two, and a reader may then see a block's flag
-# new and its second 64 bytes stale (tests/test_cuda_compile.py checks the layouts).
+# Blocks of a row tile, at least one 16-byte vector per thread, so that each 128-byte block moves in
+# one warp instruction, which tff and sp rely on (tests/test_cuda_compile.py checks the layouts).
 MIN_TILE_BLOCKS = NUM_WARPS * 32 * 16 // wire.BLOCK_BYTES
-# Rows of one token a tff combine reducer takes as one tile (more rows, top-16, in groups of this
-# many): a tile of 16 rows spills the tff kernel under its register budget (712 bytes of stack) and
-# makes a top-16 combine 1.6-1.9x slower than groups of 8 (H200, docs/BENCHMARKS.md); fewer blocks
-# per row step instead slow every mode. sw and sp, which do not spill, take all rows at once.
+# Rows of one token a tff combine reducer takes as one tile (top-16 in groups of this many): a tile
+# of 16 spills the tff kernel under its register cap (docs/BENCHMARKS.md). sw and sp take all rows.
 REDUCE_ROWS = 8
 # Receivers (and combine reducers) that share one item's row, each every RECV_PARTS-th step of it,
-# where there are that many programs per item and the row's steps divide among them. One program
-# stores about 57 GB/s whatever it keeps in flight, TMA bulk stores included
-# (benchmarks/probe_copy_rate.py): a decode receiver at W = 1 writes its token 8 times, 115 KB for a
-# 7168-element bf16 row, 2 µs of stores on one SM, which two receivers share. Without an SM budget a
-# buffer of at most PARTS_ITEMS items has RECV_PARTS receivers per item, faster up to 128 items
-# (W = 1, 16 tokens: sw dispatch 15.6 µs against 19.6; H200, docs/BENCHMARKS.md), but in dc, whose
-# receivers wait for SMs behind the verifiers (its kernels hold one program per SM). Sharing costs
-# the dispatch kernel no registers, nor the combine kernel but in sp (one program per SM instead of
-# two, ptxas for sm_90): sp's reducers take whole tokens.
+# where there are that many programs per item and the steps divide among them: one program's stores
+# bound a decode receiver (benchmarks/probe_copy_rate.py). Without an SM budget a buffer of at most
+# PARTS_ITEMS items has RECV_PARTS per item, but in dc, whose receivers wait behind the verifiers
+# (docs/BENCHMARKS.md). sp's reducers take whole tokens: sharing costs its combine kernel registers.
 RECV_PARTS = 2
 PARTS_ITEMS = 128
-# dc without an SM budget: verifier programs in all, one per VERIFY_TOKENS tokens of the call,
-# within [VERIFY_MIN, VERIFY_MAX] (verify_split). A pass over a share is slow (8 hashes a 128-byte
-# block) while the other SMs wait for it: spread it wide (W = 1, 4096 tokens of 7168 bf16, top-8:
-# combine verify done at 709 µs with 64 verifiers against 1089 with 16; H200, docs/BENCHMARKS.md).
-# At most 64 per source: the last verifier reads the others' shares in one round
-# (records.SHARE_WORDS).
-VERIFY_MIN, VERIFY_MAX, VERIFY_TOKENS = 16, 64, 2
 
 
 def row_meta(sync_mode: str, hidden: int, elem_bytes: int, tokens: int = 0) -> dict:
@@ -112,13 +96,14 @@ def parts_divide(blocks: int, step_blocks: int) -> bool:
     return -(-blocks // step_blocks) % RECV_PARTS == 0
 
 
-def verify_split(world: int, num_sms: int | None, num_tokens: int) -> int:
+def verify_split(world: int, num_sms: int | None, num_tokens: int, tuning: Tuning = DEFAULT) -> int:
     """``dc``: verifier programs per source for a call of ``num_tokens`` tokens, a power of two: in
-    all one per ``VERIFY_TOKENS`` tokens within ``[VERIFY_MIN, VERIFY_MAX]``, at most about a quarter
-    of an SM budget, at least one per source. One program hashing every marker of a batch would
-    bound the call (``verify``); idle ones cost a small call little (each publishes an empty share,
-    read with the others in one round)."""
-    programs = min(VERIFY_MAX, max(VERIFY_MIN, pow2_at_least(-(-num_tokens // VERIFY_TOKENS))))
+    all one per ``tuning.verify_tokens`` tokens within ``[verify_min, verify_max]``, at most about a
+    quarter of an SM budget, at least one per source. One program hashing every marker of a batch
+    would bound the call (``verify``); idle ones cost a small call little (each publishes an empty
+    share, read with the others in one round)."""
+    per = pow2_at_least(-(-num_tokens // tuning.verify_tokens))
+    programs = min(tuning.verify_max, max(tuning.verify_min, per))
     if num_sms is not None:
         programs = min(programs, num_sms // 4)
     per_source = max(1, programs // world)
