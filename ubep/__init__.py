@@ -8,9 +8,10 @@
 
 from ubep.backends.base import EPCommError, Handle, WireStats
 from ubep.backends.lifetime import release_graph_memory
+from ubep.balanced import BalancedBuffer, BalancedDispatchResult
 from ubep.buffer import Buffer, DispatchResult
 from ubep.config import EPConfig
 
-__all__ = ["Buffer", "DispatchResult", "EPCommError", "EPConfig", "Handle", "WireStats",
-           "release_graph_memory"]
+__all__ = ["BalancedBuffer", "BalancedDispatchResult", "Buffer", "DispatchResult", "EPCommError",
+           "EPConfig", "Handle", "WireStats", "release_graph_memory"]
 __version__ = "0.1.0"

@@ -19,6 +19,7 @@ from ubep.backends.reference import ReferenceBackend
 from ubep.config import DTYPES, LAYOUTS, REDUCTIONS, SYNC_MODES, EPConfig, least_cuda_sms
 
 BACKENDS = ("auto", "reference", "cuda", "ascend")
+BALANCES = ("none", "redundant")  # "redundant": ubep.balanced.BalancedBuffer
 # Each backend's sync mode when none is asked for. On an NPU only `sw` rests on documented
 # guarantees alone (a flag written after a barrier); `tff` and `sp` also need a tear-free 512-byte
 # write and `dc` wrapping int32 atomic adds, neither of which a CANN document states (docs/ASCEND.md,
@@ -92,17 +93,19 @@ def _make_backend(name: str, config: EPConfig, group, device: torch.device) -> B
     return ReferenceBackend(config, group, device)
 
 
-_NAMED = {"backend": BACKENDS, "dtype": DTYPES, "layout": LAYOUTS, "sync": SYNC_MODES}
+_NAMED = {"backend": BACKENDS, "dtype": DTYPES, "layout": LAYOUTS, "sync": SYNC_MODES,
+          "balance": BALANCES}
 
 
-def _agreed_fields(config: EPConfig, backend: str) -> dict[str, int]:
+def _agreed_fields(config: EPConfig, backend: str, balance: str = "none") -> dict[str, int]:
     """What every rank's Buffer must agree on, each field as an integer (a named value by its index
     in ``_NAMED``; ``num_sms=None`` as -1)."""
     return {"backend": BACKENDS.index(backend), "hidden": config.hidden,
             "num_experts": config.num_experts, "top_k": config.top_k,
             "max_tokens_per_rank": config.max_tokens_per_rank, "dtype": DTYPES.index(config.dtype),
             "layout": LAYOUTS.index(config.layout), "sync": SYNC_MODES.index(config.sync),
-            "num_sms": -1 if config.num_sms is None else config.num_sms}
+            "num_sms": -1 if config.num_sms is None else config.num_sms,
+            "balance": BALANCES.index(balance)}
 
 
 def _field_value(name: str, code: int) -> object:
@@ -113,11 +116,11 @@ def _field_value(name: str, code: int) -> object:
 
 
 def _agree(config: EPConfig, backend: str, group: dist.ProcessGroup | None,
-           device: torch.device) -> None:
+           device: torch.device, balance: str = "none") -> None:
     """Every rank of ``group`` shows the others its Buffer's configuration (one all-gather of a few
     integers) and raises ``ValueError`` naming each field that differs and the ranks on each side,
     on every rank alike, before the backend allocates or exchanges anything."""
-    fields = _agreed_fields(config, backend)
+    fields = _agreed_fields(config, backend, balance)
     mine = torch.tensor(list(fields.values()), dtype=torch.int64)
     table = collectives.all_gather(mine.to(collectives.group_device(group) or device), group,
                                    phase="Buffer: configuration check", rank=config.rank,
@@ -209,14 +212,19 @@ class Buffer:
         )
         self.device = torch.device(device) if device is not None else _device_of(group)
         _check_backend(name, self.config, self.device)
-        _agree(self.config, name, group, self.device)
-        self._backend: Backend = _make_backend(name, self.config, group, self.device)
+        _agree(self.config, name, group, self.device, self.balance)
+        self._backend: Backend = self._make_backend(name, group)
         from_env = profile is None and engine_profile.requested()
         self._backend.timer.enabled = bool(profile) or from_env
         if from_env:
             cfg = self.config
             engine_profile.register(f"{name} {cfg.layout} W={cfg.world_size} T_max={cfg.max_tokens_per_rank}",
                                     self._backend.timer)
+
+    balance = "none"  # ubep.balanced.BalancedBuffer: "redundant"
+
+    def _make_backend(self, name: str, group: dist.ProcessGroup | None) -> Backend:
+        return _make_backend(name, self.config, group, self.device)
 
     @property
     def backend_name(self) -> str:

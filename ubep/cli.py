@@ -98,6 +98,12 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
                       help="SwiGLU intermediate size per expert")
     demo.add_argument("--iters", type=_positive, default=3, help="steps to time")
     demo.add_argument("--seed", type=int, default=0, help="seed of weights and tokens")
+    demo.add_argument("--balance", choices=("none", "redundant"), default="none",
+                      help="redundant: a ubep.BalancedBuffer (per-batch borrowed experts) on a "
+                      "skewed routing, row-exact MLP experts, checked bit for bit")
+    demo.add_argument("--maxvio", type=float, default=None,
+                      help="with --balance redundant: routing skew, max/mean expert load - 1 "
+                      "(default: 3)")
     prof = sub.add_parser(
         "profile", formatter_class=_HelpFormatter,
         help="per-phase latency breakdown of dispatch + combine",
@@ -135,12 +141,16 @@ def _say_problem(command: str, problem: str) -> int:
 
 def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     _check_shape(args, parser)
+    if args.balance == "redundant":
+        return _balanced_demo(args, parser)
     if args.backend == "cuda":  # true on any machine: the demo's Buffer holds CPU tensors
         return _say_problem("demo", "--backend cuda runs on GPUs over NCCL, but ubep demo's ranks are "
                             "CPU processes over gloo: try `ubep profile --pg nccl --backend cuda` on a "
                             "GPU machine")
     if problem := _machine_problem(args):
         return _say_problem("demo", problem)
+    if args.maxvio is not None:
+        parser.error("--maxvio needs --balance redundant (the plain demo routes with its router)")
     from ubep.demo import DemoOptions, run_demo
     from ubep.moe import MoEShape
 
@@ -149,6 +159,21 @@ def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return run_demo(DemoOptions(ranks=args.ranks, tokens=args.tokens, shape=shape, layout=args.layout,
                                 backend=args.backend, reduce=args.reduce, sync=args.sync,
                                 iters=args.iters, seed=args.seed))
+
+
+def _balanced_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    refused = [f"--{name} {value}" for name, value, plain in (
+        ("backend", args.backend, "auto"), ("layout", args.layout, "compact"),
+        ("reduce", args.reduce, "source")) if value not in (plain, "reference")]
+    if refused:
+        parser.error(f"--balance redundant runs on the reference backend, compact layout, "
+                     f"reduce=source; not with {', '.join(refused)}")
+    from ubep.demo_balanced import BalancedDemoOptions, run_balanced_demo
+
+    return run_balanced_demo(BalancedDemoOptions(
+        ranks=args.ranks, tokens=args.tokens, hidden=args.hidden, num_experts=args.experts,
+        top_k=args.top_k, intermediate=args.intermediate, dtype=DTYPE_NAMES[args.dtype],
+        maxvio=3.0 if args.maxvio is None else args.maxvio, seed=args.seed))
 
 
 def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -27,7 +27,9 @@ class EPCommError(RuntimeError):
     another operation."""
 
 
-OPS = ("dispatch", "dispatch_like", "combine", "return_pair_values")
+# The last two are the balanced buffer's weight calls (ubep.balanced), on the reference backend.
+OPS = ("dispatch", "dispatch_like", "combine", "return_pair_values", "prefetch_weights",
+       "reduce_weight_grads")
 REDUCE_CODES = {"source": 0, "expert_rank": 1}
 HANDLE_CALL_BITS = 17  # a handle's dispatch number, modulo 2**17, in a call code
 CALL_BITS = 40  # in the words kernels exchange, a call's number (epoch) below its code

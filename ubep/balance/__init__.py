@@ -4,7 +4,8 @@ experts so that every rank computes the same number of rows, ``S * K`` when ever
 
 :mod:`~ubep.balance.plan` decides how many rows of each expert each rank computes;
 :mod:`~ubep.balance.segments` lays those rows out per rank and gives every ``(token, k)`` pair its
-destination rank, segment and row. Pure functions over int64 counts; docs/BALANCE.md explains them.
+destination rank, segment and row; :mod:`~ubep.balance.chain` orders the weight-gradient sum of an
+expert split over several ranks. Pure functions over int64 counts; docs/BALANCE.md explains them.
 """
 
 from ubep.balance.plan import (
