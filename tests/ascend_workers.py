@@ -170,6 +170,35 @@ def late_die_worker(rank: int, world_size: int) -> str:
     return outcome
 
 
+def repeated_launch_worker(rank: int, world_size: int) -> bool:
+    """Two dispatches of different routings; rank 1 sleeps 1 s before the second. Every integer
+    argument of the two dispatch ops is the same (what a replayed graph launch repeats); both calls'
+    rows must match the oracle. Returns whether the integer arguments were identical."""
+    layer = {"hidden": 40, "num_experts": 4, "top_k": 2, "max_tokens_per_rank": 6, "backend": "ascend",
+             "sync": "tff"}
+    buf = ubep.Buffer(dtype=torch.float32, timeout_s=30, **layer)
+    seen, op = [], torch.ops.ubep_ascend.dispatch
+
+    def recording(*args):
+        seen.append([a for a in args if isinstance(a, int | str | bool | float)])
+        return op(*args)
+
+    ops_module = torch.ops.ubep_ascend
+    first = Case(tokens=(6,) * world_size, hidden=40, num_experts=4, top_k=2, dtype="fp32", max_tokens=6,
+                 seed=31)
+    second = Case(tokens=(5,) * world_size, hidden=40, num_experts=4, top_k=2, dtype="fp32", max_tokens=6,
+                  seed=32)
+    try:
+        ops_module.dispatch = recording
+        checked_dispatch(buf, first, rank, world_size, "the first call")
+        if rank == 1:
+            time.sleep(1)
+        checked_dispatch(buf, second, rank, world_size, "the repeated launch")
+    finally:
+        ops_module.dispatch = op
+    return len(seen) == 2 and seen[0] == seen[1]
+
+
 def skip_prepare_worker(rank: int, world_size: int) -> str:
     """Both ranks make a Buffer; only rank 0 makes a second one (rank 1 stays alive, busy with
     something else): its creation must raise EPCommError on rank 0 within the timeout, not hang."""

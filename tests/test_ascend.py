@@ -13,6 +13,7 @@ from tests.ascend_workers import (
     dirty_window_worker,
     interleaved_worker,
     late_die_worker,
+    repeated_launch_worker,
     skip_prepare_worker,
     skip_worker,
     stress_worker,
@@ -171,25 +172,40 @@ def test_bad_hidden_is_rejected_before_communication(single_rank_group):
         ubep.Buffer(hidden=8200, num_experts=4, top_k=2, max_tokens_per_rank=4, backend="ascend")
 
 
-def test_npu_graph_capture_is_refused_before_any_launch(single_rank_group, monkeypatch):
-    """While an NPU graph is captured, a call raises before it is numbered or launched: a replay would
-    repeat the capture's call number. After the capture the Buffer works, its numbering unchanged."""
+def test_calls_in_an_npu_graph_capture_pin_the_windows(single_rank_group, monkeypatch):
+    """A call inside an NPU graph capture runs (its number is taken on the device) and pins the group's
+    windows to its layout: a Buffer of another layout refuses to prepare them under the graph's
+    replays, and no preparation is captured; until release_graph_memory() says the graphs are gone."""
     import ubep
     from ubep.backends import ascend
 
-    buf = ubep.Buffer(hidden=16, num_experts=4, top_k=2, max_tokens_per_rank=4, dtype=torch.float32,
-                      backend="ascend", layout="padded")
+    shape = {"hidden": 16, "num_experts": 4, "top_k": 2, "dtype": torch.float32, "backend": "ascend"}
+    padded = ubep.Buffer(layout="padded", max_tokens_per_rank=4, **shape)  # decode
+    compact = ubep.Buffer(layout="compact", max_tokens_per_rank=8, **shape)  # prefill: holds the windows
     x, idx, w = torch.randn(3, 16), torch.tensor([[0, 1], [2, 3], [1, 2]]), torch.rand(3, 2)
-    epoch = buf._backend.windows.epoch
     monkeypatch.setattr(ascend, "npu_capturing", lambda: True)
-    with pytest.raises(RuntimeError, match="cannot be captured in an NPU graph"):
-        buf.dispatch(x, idx, w)
-    assert buf._backend.windows.epoch == epoch
-    monkeypatch.setattr(ascend, "npu_capturing", lambda: False)
-    res = buf.dispatch(x, idx, w)
-    y = buf.combine(res.recv_x, res.handle)
+    with pytest.raises(RuntimeError, match="a window preparation .* cannot be captured"):
+        padded.dispatch(x, idx, w)  # would prepare the windows for the padded layout
+    res = compact.dispatch(x, idx, w)
+    y = compact.combine(res.recv_x, res.handle)
     torch.testing.assert_close(y, x * w.sum(1, keepdim=True), rtol=0, atol=1e-6)
-    buf.destroy()
+    monkeypatch.setattr(ascend, "npu_capturing", lambda: False)
+    with pytest.raises(RuntimeError, match="an NPU graph captured calls of the layer"):
+        padded.dispatch(x, idx, w)
+    with pytest.raises(RuntimeError, match="an NPU graph captured calls of the layer"):
+        ubep.Buffer(layout="padded", max_tokens_per_rank=4, **shape)
+    compact.dispatch(x, idx, w)
+    ubep.release_graph_memory()  # the graphs are gone: the windows may take another layout again
+    padded.dispatch(x, idx, w)
+    for buf in (padded, compact):
+        buf.destroy()
+
+
+def test_a_repeated_launch_takes_a_new_call_number():
+    """Two dispatches whose ops get identical host arguments (as a graph replays one launch) while
+    one rank comes late to the second: the other must wait for the second call's rows, not take the
+    first call's flags, since the call number comes from the device."""
+    assert run_ranks(repeated_launch_worker, 2, timeout_s=120) == [True, True]
 
 
 def _meta_calls(x, idx, w, windows, padded=False):

@@ -56,7 +56,7 @@ def scenarios(backend: str) -> list[tuple[int, Scenario]]:
     return [
         (2, Scenario(hidden=32, num_experts=8, top_k=3, steps=STEPS, backend=backend, sync=sync)),
         (3, Scenario(hidden=24, num_experts=6, top_k=2, steps=STEPS3, dtype="fp32", backend=backend,
-                     sync="tff" if backend == "ascend" else None, reduce="expert_rank")),
+                     sync="tff" if backend == "ascend" else None, reduce="expert_rank", prefill_group=True)),
         (2, Scenario(hidden=16, num_experts=4, top_k=1, steps=STEPS[:2], dtype="fp16", backend=backend,
                      sync=sync, weight_on_input=True)),
     ]
@@ -117,6 +117,28 @@ def test_accepts_identity_placement_once_per_tensor(single_rank_group):
         core.token_dispatch(_input(expert_map, log2phy))
     with pytest.raises(ValueError, match="bias"):
         core.token_combine(out.hidden_states, out.combine_metadata, bias=torch.zeros(16))
+
+
+def test_graph_capture_gate(single_rank_group, monkeypatch):
+    """Inside an ACL graph capture only a padded dispatch of the ascend backend may run (the compact one
+    reads its size on the host, the reference backend synchronizes with it)."""
+    from ubep.integrations.vllm_ascend import core as core_module
+
+    monkeypatch.setattr(core_module, "graph_capturing", lambda t: True)
+    core = _core(single_rank_group)
+    for layout in ("padded", "compact"):
+        core.choose_layout(4 if layout == "padded" else None)
+        with pytest.raises(RuntimeError, match=f"a {layout} dispatch of backend=reference cannot be"):
+            core.token_dispatch(_input())
+    if library_path() is not None:
+        ascend = UbepTokenDispatcherCore(single_rank_group, LayerShape(16, 4, 2, torch.float32),
+                                         Settings(backend="ascend"), decode_tokens=4, prefill_tokens=8)
+        ascend.choose_layout(4)
+        assert ascend.token_dispatch(_input()).group_list.tolist() == [1, 2, 2, 1]
+        ascend.choose_layout(None)
+        with pytest.raises(RuntimeError, match="a compact dispatch of backend=ascend cannot be captured"):
+            ascend.token_dispatch(_input())
+        ascend.destroy()
 
 
 def test_weight_on_input_needs_top_1(single_rank_group):

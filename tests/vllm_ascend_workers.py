@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from ubep import oracle
 from ubep.integrations.vllm_ascend.core import (
@@ -78,6 +79,7 @@ class Scenario:
     decode_tokens: int = 6
     prefill_tokens: int = 24
     weight_on_input: bool = False
+    prefill_group: bool = False  # the compact Buffer on a second group of the same ranks
 
     @property
     def shape(self) -> LayerShape:
@@ -208,8 +210,9 @@ def _compare(out, y_TH: torch.Tensor, want: Expected, core: UbepTokenDispatcherC
 def flow(rank: int, world: int, sc: Scenario) -> list[str]:
     """Every step of ``sc`` on one core (both Buffers live, used in turn); mismatches, empty if none."""
     settings = Settings(backend=sc.backend, sync=sc.sync, reduce=sc.reduce, timeout_s=60.0)
+    prefill_group = dist.new_group(list(range(world))) if sc.prefill_group else None
     core = UbepTokenDispatcherCore(None, sc.shape, settings, decode_tokens=sc.decode_tokens,
-                                   prefill_tokens=sc.prefill_tokens)
+                                   prefill_tokens=sc.prefill_tokens, prefill_group=prefill_group)
     weights_EHH = expert_weights(sc)
     problems = []
     for step in sc.steps:

@@ -101,20 +101,20 @@ struct TwinLaunch {
 
 auto DispatchCpu(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
                  at::TensorList windows, std::string_view group, int64_t world, int64_t rank, int64_t num_experts,
-                 int64_t max_tokens, bool padded, std::string_view sync, int64_t epoch, int64_t n_workers,
+                 int64_t max_tokens, bool padded, std::string_view sync, int64_t call_code, int64_t n_workers,
                  double timeout_s) {
   return Dispatch<TwinLaunch>(x, topk_idx, topk_weights, windows, std::string(group), world, rank, num_experts,
-                              max_tokens, padded, std::string(sync), epoch, n_workers, timeout_s);
+                              max_tokens, padded, std::string(sync), call_code, n_workers, timeout_s);
 }
 
 auto CombineCpu(const at::Tensor& rows, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
                 const at::Tensor& recv_rows, const at::Tensor& recv_pair_weights, const at::Tensor& recv_pair_base,
                 const at::Tensor& recv_counts, at::TensorList windows, std::string_view group, int64_t world,
                 int64_t rank, int64_t num_experts, int64_t hidden, at::ScalarType dtype, std::string_view reduce,
-                bool weighted, std::string_view sync, int64_t epoch, int64_t n_workers, double timeout_s) {
+                bool weighted, std::string_view sync, int64_t call_code, int64_t n_workers, double timeout_s) {
   return Combine<TwinLaunch>(rows, topk_idx, topk_weights, recv_rows, recv_pair_weights, recv_pair_base,
                              recv_counts, windows, std::string(group), world, rank, num_experts, hidden, dtype,
-                             std::string(reduce), weighted, std::string(sync), epoch, n_workers, timeout_s);
+                             std::string(reduce), weighted, std::string(sync), call_code, n_workers, timeout_s);
 }
 
 at::Tensor PrepareCpu(const at::Tensor& token, at::TensorList windows, std::string_view group, int64_t world,

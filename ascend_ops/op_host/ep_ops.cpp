@@ -89,12 +89,12 @@ TORCH_LIBRARY(ubep_ascend, m) {
   m.def("prepare(Tensor token, Tensor(a!)[] windows, str group, int world, int rank, int hidden, int num_experts, "
         "int top_k, int max_tokens, ScalarType dtype, str sync, int n_workers, float timeout_s) -> Tensor status");
   m.def("dispatch(Tensor x, Tensor topk_idx, Tensor topk_weights, Tensor(a!)[] windows, str group, int world, "
-        "int rank, int num_experts, int max_tokens, bool padded, str sync, int epoch, int n_workers, "
+        "int rank, int num_experts, int max_tokens, bool padded, str sync, int call_code, int n_workers, "
         "float timeout_s) -> (Tensor recv_x, Tensor recv_weights, Tensor tokens_per_expert, Tensor recv_rows, "
         "Tensor recv_pair_weights, Tensor recv_pair_base, Tensor recv_counts, Tensor status)");
   m.def("combine(Tensor rows, Tensor topk_idx, Tensor topk_weights, Tensor recv_rows, Tensor recv_pair_weights, "
         "Tensor recv_pair_base, Tensor recv_counts, Tensor(a!)[] windows, str group, int world, int rank, "
-        "int num_experts, int hidden, ScalarType dtype, str reduce, bool weighted, str sync, int epoch, "
+        "int num_experts, int hidden, ScalarType dtype, str reduce, bool weighted, str sync, int call_code, "
         "int n_workers, float timeout_s) -> (Tensor y, Tensor status)");
 }
 

@@ -90,13 +90,13 @@ template <class Launch>
 DispatchOut Dispatch(
     const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights, at::TensorList windows,
     const std::string& group, int64_t world, int64_t rank, int64_t num_experts, int64_t max_tokens, bool padded,
-    const std::string& sync, int64_t epoch, int64_t n_workers, double timeout_s) {
+    const std::string& sync, int64_t call_code, int64_t n_workers, double timeout_s) {
   TORCH_CHECK(x.dim() == 2 && topk_idx.dim() == 2 && topk_idx.size(0) == x.size(0) &&
                   topk_weights.sizes() == topk_idx.sizes() && topk_weights.scalar_type() == at::kFloat,
               "ubep_ascend.dispatch: x [T, H], topk_idx [T, K], topk_weights [T, K] fp32 expected");
   DispatchArgs a;
   a.group = group;
-  a.call = CallAttrs{world, rank, num_experts, max_tokens, sync, epoch, n_workers, timeout_s};
+  a.call = CallAttrs{world, rank, num_experts, max_tokens, sync, call_code, n_workers, timeout_s};
   a.padded = padded;
   const int64_t K = topk_idx.size(1), H = x.size(1);
   const EpTiling t = DispatchTiling(a.call, padded, H, K, RowDtypeOf(x.scalar_type()), x.size(0));
@@ -125,7 +125,7 @@ std::tuple<at::Tensor, at::Tensor> Combine(
     const at::Tensor& rows, const at::Tensor& topk_idx, const at::Tensor& topk_weights, const at::Tensor& recv_rows,
     const at::Tensor& recv_pair_weights, const at::Tensor& recv_pair_base, const at::Tensor& recv_counts,
     at::TensorList windows, const std::string& group, int64_t world, int64_t rank, int64_t num_experts, int64_t hidden,
-    at::ScalarType dtype, const std::string& reduce, bool weighted, const std::string& sync, int64_t epoch,
+    at::ScalarType dtype, const std::string& reduce, bool weighted, const std::string& sync, int64_t call_code,
     int64_t n_workers, double timeout_s) {
   TORCH_CHECK(recv_rows.dim() == 3, "ubep_ascend.combine: recv_rows must be [W, T_max, K]");
   const Reduce how = ReduceOf(reduce);
@@ -136,7 +136,7 @@ std::tuple<at::Tensor, at::Tensor> Combine(
   TORCH_CHECK(pairs || rows.size(-1) == hidden, "ubep_ascend.combine: rows must have ", hidden, " columns");
   CombineArgs a;
   a.group = group;
-  a.call = CallAttrs{world, rank, num_experts, recv_rows.size(1), sync, epoch, n_workers, timeout_s};
+  a.call = CallAttrs{world, rank, num_experts, recv_rows.size(1), sync, call_code, n_workers, timeout_s};
   a.hidden = hidden;
   a.dtype = RowDtypeOf(dtype);
   a.reduce = reduce;
@@ -164,14 +164,14 @@ struct PrepareArgs {
   PrepareAttrs attrs;
 };
 
-// token: [2] int64 on the op's device, the group's nonce and this preparation's epoch (>= 1, from the
-// same sequence as the calls'). Returns the status words.
+// token: [2] int64 on the op's device, the group's nonce and this preparation's number on the group
+// (>= 1; the host counts preparations, which are never captured). Returns the status words.
 template <class Launch>
 at::Tensor Prepare(const at::Tensor& token, at::TensorList windows, const std::string& group, int64_t world,
                    int64_t rank, int64_t hidden, int64_t num_experts, int64_t top_k, int64_t max_tokens,
                    at::ScalarType dtype, const std::string& sync, int64_t n_workers, double timeout_s) {
   TORCH_CHECK(token.scalar_type() == at::kLong && token.dim() == 1 && token.size(0) == 2,
-              "ubep_ascend.prepare: token must be [2] int64 (nonce, epoch)");
+              "ubep_ascend.prepare: token must be [2] int64 (nonce, preparation number)");
   PrepareArgs a;
   a.group = group;
   a.attrs = PrepareAttrs{world, rank, hidden, num_experts, top_k, max_tokens, RowDtypeOf(dtype), sync, n_workers,

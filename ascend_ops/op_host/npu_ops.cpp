@@ -153,7 +153,7 @@ struct NpuLaunch {
     const CallAttrs& c = a.call;
     Launch("aclnnUbepDispatch", a.x, args, [&](const AclArgs& t, uint64_t* bytes, aclOpExecutor** executor) {
       return get_size(t[0], t[1], t[2], a.group.c_str(), c.world, c.rank, c.num_experts, c.max_tokens, a.padded,
-                      c.sync.c_str(), c.epoch, c.n_workers, c.timeout_s, t[3], t[4], t[5], t[6], t[7], t[8], t[9],
+                      c.sync.c_str(), c.call_code, c.n_workers, c.timeout_s, t[3], t[4], t[5], t[6], t[7], t[8], t[9],
                       t[10], bytes, executor);
     }, run);
   }
@@ -169,7 +169,7 @@ struct NpuLaunch {
     const CallAttrs& c = a.call;
     Launch("aclnnUbepCombine", a.rows, args, [&](const AclArgs& t, uint64_t* bytes, aclOpExecutor** executor) {
       return get_size(t[0], t[1], t[2], t[3], t[4], t[5], t[6], a.group.c_str(), c.world, c.rank, c.num_experts,
-                      a.hidden, static_cast<int64_t>(a.dtype), a.reduce.c_str(), a.weighted, c.sync.c_str(), c.epoch,
+                      a.hidden, static_cast<int64_t>(a.dtype), a.reduce.c_str(), a.weighted, c.sync.c_str(), c.call_code,
                       c.n_workers, c.timeout_s, t[7], t[8], bytes, executor);
     }, run);
   }
@@ -192,22 +192,22 @@ struct NpuLaunch {
 // Outputs and the stream on the inputs' NPU (ops-transformer torch_extension moe_init_routing.cpp).
 auto DispatchNpu(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
                  at::TensorList windows, std::string_view group, int64_t world, int64_t rank, int64_t num_experts,
-                 int64_t max_tokens, bool padded, std::string_view sync, int64_t epoch, int64_t n_workers,
+                 int64_t max_tokens, bool padded, std::string_view sync, int64_t call_code, int64_t n_workers,
                  double timeout_s) {
   const c10::OptionalDeviceGuard guard(x.device());
   return Dispatch<NpuLaunch>(x, topk_idx, topk_weights, windows, std::string(group), world, rank, num_experts,
-                             max_tokens, padded, std::string(sync), epoch, n_workers, timeout_s);
+                             max_tokens, padded, std::string(sync), call_code, n_workers, timeout_s);
 }
 
 auto CombineNpu(const at::Tensor& rows, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
                 const at::Tensor& recv_rows, const at::Tensor& recv_pair_weights, const at::Tensor& recv_pair_base,
                 const at::Tensor& recv_counts, at::TensorList windows, std::string_view group, int64_t world,
                 int64_t rank, int64_t num_experts, int64_t hidden, at::ScalarType dtype, std::string_view reduce,
-                bool weighted, std::string_view sync, int64_t epoch, int64_t n_workers, double timeout_s) {
+                bool weighted, std::string_view sync, int64_t call_code, int64_t n_workers, double timeout_s) {
   const c10::OptionalDeviceGuard guard(rows.device());
   return Combine<NpuLaunch>(rows, topk_idx, topk_weights, recv_rows, recv_pair_weights, recv_pair_base, recv_counts,
                             windows, std::string(group), world, rank, num_experts, hidden, dtype, std::string(reduce),
-                            weighted, std::string(sync), epoch, n_workers, timeout_s);
+                            weighted, std::string(sync), call_code, n_workers, timeout_s);
 }
 
 at::Tensor PrepareNpu(const at::Tensor& token, at::TensorList windows, std::string_view group, int64_t world,

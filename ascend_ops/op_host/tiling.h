@@ -7,7 +7,7 @@
 // route bytes -> 112 bytes (56 elements), one 512-byte block in sw/dc/sp and tff alike; a count
 // entry is 512 bytes; a slot holds 2 * 512 count bytes, 2 * 4 dispatch rows, 2 * 8 combine rows
 // and 2 * 8 pair-value rows of 512 bytes each, plus records; the window is a 4096-byte header (2 * 2
-// tokens of 32 bytes, rounded up) and two slots.
+// tokens and 64 call counters of 32 bytes, rounded up) and two slots.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +37,7 @@ inline int64_t Sentinel(int64_t elem_bytes, bool bf16) {
 
 inline int64_t ElemBytes(RowDtype d) { return d == ROW_FP32 ? 4 : 2; }
 
-// Geometry and workspace of a layer; the per-call fields (num_tokens, epoch, reduce, groups,
+// Geometry and workspace of a layer; the per-call fields (num_tokens, call_code, reduce, groups,
 // timeout) are left for the op to fill.
 inline EpTiling MakeTiling(int64_t world, int64_t rank, int64_t hidden, int64_t num_experts, int64_t top_k,
                            int64_t max_tokens, RowDtype dtype, const std::string& sync) {
@@ -64,7 +64,7 @@ inline EpTiling MakeTiling(int64_t world, int64_t rank, int64_t hidden, int64_t 
   t.disp_rows = max_tokens;
   t.comb_rows = max_tokens * top_k;
   const int64_t records = RoundUp(world * RECORD_STRIDE, BLOCK_BYTES);
-  t.slots_off = RoundUp(2 * world * TOKEN_STRIDE, 4096);
+  t.slots_off = RoundUp((2 * world + MAX_AIVS) * TOKEN_STRIDE, 4096);
   t.cnt_off = 0;
   t.disp_off = world * t.cnt_stride;
   t.disp_rec_off = t.disp_off + world * t.disp_rows * dispatch_format(t).row_stride();
@@ -100,7 +100,7 @@ constexpr double CYCLES_PER_SECOND = 50e6;  // GetSystemCycle rate
 struct CallAttrs {
   int64_t world, rank, num_experts, max_tokens;
   std::string sync;
-  int64_t epoch, n_workers;
+  int64_t call_code, n_workers;  // call_code: the call's code, shifted above CALL_NUMBER_BITS
   double timeout_s;
 };
 
@@ -119,17 +119,24 @@ inline int64_t TimeoutCycles(double timeout_s) {
 
 // The layer's geometry (MakeTiling) and the fields every call fills.
 inline EpTiling CallTiling(const CallAttrs& c, int64_t hidden, int64_t top_k, RowDtype layer, int64_t num_tokens) {
-  if (c.epoch < 1) throw std::invalid_argument("ubep_ascend: epoch must be >= 1, got " + std::to_string(c.epoch));
+  if (c.call_code < 0 || (static_cast<uint64_t>(c.call_code) & CALL_NUMBER_MASK) != 0) {
+    throw std::invalid_argument("ubep_ascend: call_code must be a code shifted above bit " +
+                                std::to_string(CALL_NUMBER_BITS) + ", got " + std::to_string(c.call_code));
+  }
+  if (c.n_workers > MAX_AIVS) {
+    throw std::invalid_argument("ubep_ascend: n_workers must be <= " + std::to_string(MAX_AIVS) +
+                                " (the window header's call counters)");
+  }
   if (num_tokens > c.max_tokens) throw std::invalid_argument("ubep_ascend: more tokens than max_tokens");
   EpTiling t = MakeTiling(c.world, c.rank, hidden, c.num_experts, top_k, c.max_tokens, layer, c.sync);
-  t.epoch = c.epoch;
+  t.call_code = c.call_code;
   t.timeout_cycles = TimeoutCycles(c.timeout_s);
   t.num_tokens = num_tokens;
   return t;
 }
 
-// What one window preparation asks for; its token (the group's nonce, the call's epoch) travels as
-// the op's input tensor.
+// What one window preparation asks for; its token (the group's nonce, the preparation's number on the
+// group) travels as the op's input tensor.
 struct PrepareAttrs {
   int64_t world, rank, hidden, num_experts, top_k, max_tokens;
   RowDtype dtype;  // the layer's
@@ -141,7 +148,9 @@ struct PrepareAttrs {
 // A window preparation for the layer on n_workers AIVs; its workspace is the status words and the
 // counters only.
 inline EpTiling PrepareTiling(const PrepareAttrs& p) {
-  if (p.n_workers < 1) throw std::invalid_argument("ubep_ascend.prepare: n_workers must be >= 1");
+  if (p.n_workers < 1 || p.n_workers > MAX_AIVS) {
+    throw std::invalid_argument("ubep_ascend.prepare: n_workers must be in [1, " + std::to_string(MAX_AIVS) + "]");
+  }
   EpTiling t = MakeTiling(p.world, p.rank, p.hidden, p.num_experts, p.top_k, p.max_tokens, p.dtype, p.sync);
   t.timeout_cycles = TimeoutCycles(p.timeout_s);
   t.ws_bytes = t.ws_collide;
@@ -159,6 +168,8 @@ inline EpTiling DispatchTiling(const CallAttrs& c, bool padded, int64_t hidden, 
   const Split split = LayerSplit(c.world, hidden, c.num_experts, top_k, c.max_tokens, t.elem_bytes, c.n_workers);
   t.n_count = split.n_count;
   t.n_token = split.n_token;
+  t.dies_per_npu = kCm384.dies_per_npu;
+  t.dies_per_board = kCm384.dies_per_board;
   return t;
 }
 

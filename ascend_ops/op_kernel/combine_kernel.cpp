@@ -51,6 +51,7 @@ class CombineKernel {
     pair_w_.SetGlobalBuffer(reinterpret_cast<__gm__ float*>(recv_pair_weights));
     pair_base_.SetGlobalBuffer(reinterpret_cast<__gm__ int32_t*>(recv_pair_base));
     c_.InitBuffers(pipe);
+    c_.TakeCallNumber();
     c_.InitSentinel(pipe, f_);
     route_.Init(topk_idx, topk_weights, t_->num_tokens * K, pipe);
     pipe->InitBuffer(wire_buf_, static_cast<uint32_t>(f_.row_stride()));
@@ -122,7 +123,7 @@ class CombineKernel {
     for (int64_t s = me; s < W; s += n) {
       if (!c_.Poll(PHASE_SENT, -1, CounterIs{&c_, CNT_SENT, static_cast<int32_t>(n)})) return false;
       SendBatchRecord(c_, f_, Accumulator(s), c_.Slot(s) + rec_area_ + t_->rank * RECORD_STRIDE, RowsFor(s),
-                      static_cast<uint64_t>(t_->epoch));
+                      c_.epoch);
     }
     return true;
   }
@@ -224,7 +225,7 @@ class CombineKernel {
   // row_buf: the scalar decodes, MTE3 keeps it in the workspace (MTE3 -> S before the next decode).
   __aicore__ inline bool ReceiveFrom(int64_t d) {
     const int64_t K = t_->top_k;
-    const uint64_t epoch = static_cast<uint64_t>(t_->epoch);
+    const uint64_t epoch = c_.epoch;
     const GlobalTensor<uint64_t> hello = CountEntry(c_, d);
     if (!c_.Poll(PHASE_HELLO, d, WordsAre{&c_, hello, epoch, 0, 1})) return false;
     uint64_t payload[4];

@@ -4,8 +4,8 @@
 //   its tokens and pairs for d; write the count message into d's window. Then per source s, wait
 //   for s's message, copy it to the workspace, bump CNT_COUNTS_IN. AIV 0 waits for all W, runs
 //   CalCumSum (RowBase: the deterministic receive rows of ubep::row_base) and raises CNT_BASES_READY.
-// token group, AIVs [n_count, n_count + n_token): the hop-aware mapper (HopAwarePieces, ubep::
-//   hop_aware) cuts the per-destination token sequences into equal slices, one per AIV; each AIV
+// token group, AIVs [n_count, n_count + n_token): UBEP's mapper (HopBalancedPieces, ubep::
+//   hop_balanced) cuts each hop class's token sequence into equal slices, one per AIV; each AIV
 //   sends its tokens once per destination die (relay) into staging rows indexed by the token's
 //   ordinal among this die's tokens for that destination, so no global offset is needed to send.
 //   Each row carries its route (pair base, local expert, per-(source, expert) order and gate weight
@@ -51,6 +51,7 @@ class DispatchKernel {
     row_bytes_ = t_->hidden * t_->elem_bytes;
     row_words_ = (2 + L + 3) / 4 * 4;
     c_.InitBuffers(pipe);
+    c_.TakeCallNumber();
     c_.InitSentinel(pipe, f_);
     route_.Init(topk_idx, topk_weights, t_->num_tokens * K, pipe);
     pipe->InitBuffer(wire_buf_, static_cast<uint32_t>(f_.row_stride()));
@@ -112,7 +113,7 @@ class DispatchKernel {
     Sync<HardEvent::MTE3_MTE2>();
     for (int64_t s = me; s < W; s += t_->n_count) {
       const GlobalTensor<uint64_t> entry = CountEntry(c_, s);
-      if (!c_.Poll(PHASE_COUNTS, s, WordsAre{&c_, entry, static_cast<uint64_t>(t_->epoch), 0, 1})) return;
+      if (!c_.Poll(PHASE_COUNTS, s, WordsAre{&c_, entry, c_.epoch, 0, 1})) return;
       DataCopy(msg, entry[4], static_cast<uint32_t>(row_words_));
       Sync<HardEvent::MTE2_MTE3>();
       DataCopy(Gm<uint64_t>(c_.ws + t_->ws_data + s * row_words_ * 8, row_words_ * 8), msg,
@@ -158,7 +159,8 @@ class DispatchKernel {
         }
       }
     }
-    const int64_t num = HopAwarePieces(counts, W, n, me, order, cumsum, pieces);
+    const int64_t num = HopBalancedPieces(counts, W, t_->rank, t_->dies_per_npu, t_->dies_per_board, n, me, order,
+                                          cumsum, pieces);
     for (int64_t p = 0; p < num; ++p) {
       SendSlice(pieces.GetValue(static_cast<uint32_t>(3 * p)), pieces.GetValue(static_cast<uint32_t>(3 * p + 1)),
                 pieces.GetValue(static_cast<uint32_t>(3 * p + 2)));
@@ -168,7 +170,7 @@ class DispatchKernel {
       for (int64_t d = me; d < W; d += n) {
         if (!c_.Poll(PHASE_SENT, -1, CounterIs{&c_, CNT_SENT, static_cast<int32_t>(n)})) return;
         SendBatchRecord(c_, f_, Accumulator(d), c_.Slot(d) + t_->disp_rec_off + t_->rank * RECORD_STRIDE,
-                        counts.GetValue(static_cast<uint32_t>(d)), static_cast<uint64_t>(t_->epoch));
+                        counts.GetValue(static_cast<uint32_t>(d)), c_.epoch);
       }
     }
     // Copies out of the wire (rows) and of out_buf have finished before this AIV's copies into
@@ -244,7 +246,7 @@ class DispatchKernel {
   // the scalar reads. The caller ordered the send phase's copies out of the wire before.
   __aicore__ inline bool Receive(int64_t src) {
     const int64_t L = t_->local_experts;
-    const uint64_t epoch = static_cast<uint64_t>(t_->epoch);
+    const uint64_t epoch = c_.epoch;
     if (!c_.Poll(PHASE_OFFSETS, -1, CounterIs{&c_, CNT_BASES_READY, 1})) return false;
     uint64_t kept[4];
     c_.Peek(Gm<uint64_t>(c_.ws + t_->ws_data + src * row_words_ * 8, 32), kept);

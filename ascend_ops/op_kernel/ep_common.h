@@ -51,6 +51,7 @@ enum PostFlags : uint32_t {
 // group's), and three 32-byte UB buffers for single words.
 struct Ctx {
   const EpTiling* t;
+  uint64_t epoch;  // this call's number | its code (TakeCallNumber); every word of the call carries it
   GlobalTensor<int64_t> status;    // [error, phase, peer, 0]: one 32-byte record, moved by DMA only
   GlobalTensor<int32_t> counters;  // raised by atomic DMA adds, read by DMA
   HcclWindows windows;
@@ -89,7 +90,33 @@ struct Ctx {
 
   // Base of this call's slot in die r's window.
   __aicore__ inline GM_ADDR Slot(int64_t r) const {
-    return windows.Base(r) + t->slots_off + (static_cast<uint64_t>(t->epoch) & 1) * t->slot_bytes;
+    return windows.Base(r) + t->slots_off + (epoch & 1) * t->slot_bytes;
+  }
+
+  // This AIV's call counter in its die's window header. Only this AIV touches it, and the next
+  // launch on the stream starts after this one ended.
+  __aicore__ inline GlobalTensor<uint64_t> CallCounter() const {
+    return Gm<uint64_t>(windows.Base(t->rank) + (2 * t->world + AscendC::GetBlockIdx()) * TOKEN_STRIDE,
+                        TOKEN_STRIDE);
+  }
+
+  // The call's number: the counter + 1, written back. Every die runs the group's calls in one order
+  // with the same AIVs since the last preparation reset the counters, so every AIV of every die
+  // takes the same number, and a launch replayed from a graph takes a new one. After InitBuffers.
+  __aicore__ inline void TakeCallNumber() {
+    uint64_t last[4];
+    Peek(CallCounter(), last);
+    uint64_t number = (last[0] + 1) & CALL_NUMBER_MASK;
+    if (number == 0) number = 2;  // after 2^40 - 1 calls; 2 keeps the slot parity alternating
+    const uint64_t words[4] = {number, 0, 0, 0};
+    Post(CallCounter(), words, POST_PLAIN);
+    epoch = number | static_cast<uint64_t>(t->call_code);
+  }
+
+  // A preparation's: the next call is number 1 (the fill leaves no flag of an earlier number).
+  __aicore__ inline void ResetCallNumber() {
+    const uint64_t words[4] = {0, 0, 0, 0};
+    Post(CallCounter(), words, POST_PLAIN);
   }
 
   // The 32 bytes at `src` (32-byte aligned) into out[0, 32 / sizeof(T)).
@@ -194,7 +221,7 @@ __aicore__ inline void SendCountMessage(const Ctx& c, int64_t dest, const LocalT
   const int64_t bytes = (num_words * 8 + 31) / 32 * 32;
   const GlobalTensor<uint64_t> entry =
       Gm<uint64_t>(c.Slot(dest) + c.t->cnt_off + c.t->rank * c.t->cnt_stride, c.t->cnt_stride);
-  ub.SetValue(0, static_cast<uint64_t>(c.t->epoch));
+  ub.SetValue(0, c.epoch);
   Sync<HardEvent::S_MTE3>();
   AscendC::DataCopy(entry[4], ub[4], static_cast<uint32_t>(bytes / 8));
   AscendC::PipeBarrier<PIPE_MTE3>();  // the payload lands before the epoch word
@@ -257,7 +284,7 @@ __aicore__ inline void SendRow(Ctx& c, const ubep::WireFormat& f, const LocalTen
                                const LocalTensor<uint8_t>& wire, GM_ADDR dst, const GlobalTensor<int32_t>& acc) {
   Sync<HardEvent::MTE3_S>();  // the previous row's copy out of the wire has finished
   uint32_t lanes[2] = {0, 0};
-  const bool collide = EncodeRow(f, row, r, static_cast<uint64_t>(c.t->epoch), wire, lanes);
+  const bool collide = EncodeRow(f, row, r, c.epoch, wire, lanes);
   Sync<HardEvent::S_MTE3>();
   AscendC::DataCopy(Gm<uint8_t>(dst, f.row_stride()), wire, static_cast<uint32_t>(f.row_stride()));
   if (collide || f.mode == ubep::Mode::DC) {

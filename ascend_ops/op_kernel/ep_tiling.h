@@ -5,9 +5,11 @@
 //
 // Window of one die (identical geometry on every die): [header | slot 0 | slot 1], call e in slot
 // e & 1 at slots_off + (e & 1) * slot_bytes.
-//   header: the window preparation's tokens (prepare_kernel.cpp), never filled: W arrival entries,
-//           then W ready entries, TOKEN_STRIDE bytes each, die s's at s * TOKEN_STRIDE: u64 nonce,
-//           u64 epoch. Its place depends on W only, so every layer on a group finds it.
+//   header: never filled by a preparation; its place depends on W only, so every layer on a group
+//           finds it. The preparation's tokens (prepare_kernel.cpp): W arrival entries, then W ready
+//           entries, TOKEN_STRIDE bytes each, die s's at s * TOKEN_STRIDE: u64 nonce, u64 epoch. Then
+//           MAX_AIVS call counters, TOKEN_STRIDE bytes each, AIV i's at (2 W + i) * TOKEN_STRIDE: u64
+//           the number of the last call it took part in (Ctx::TakeCallNumber).
 //   slot = [count area | dispatch rows | dispatch records | combine rows | combine records |
 //           pair-value rows | pair-value records]
 //   count area:  W entries of cnt_stride bytes, entry s written by source s: u64 epoch at 0
@@ -25,6 +27,9 @@ constexpr int64_t FLAG_BYTES = 32;    // tff flag, dc/sp marker bytes
 constexpr int64_t RECORD_STRIDE = 32;
 constexpr int64_t COUNTER_STRIDE = 32;  // one int32 counter per 32-byte unit (DataCopy granularity)
 constexpr int64_t TOKEN_STRIDE = 32;    // a header entry: u64 nonce, u64 epoch, 16 bytes of 0
+constexpr int64_t MAX_AIVS = 64;        // call counters in the header: the most AIVs a launch may have
+constexpr int64_t CALL_NUMBER_BITS = 40;  // a call's number, below its code (ubep/backends/base.py)
+constexpr uint64_t CALL_NUMBER_MASK = (uint64_t{1} << CALL_NUMBER_BITS) - 1;
 
 // The header's two areas: the preparation's arrival tokens, then its ready tokens.
 enum TokenArea : int64_t { AREA_ARRIVE = 0, AREA_READY = 1 };
@@ -54,13 +59,15 @@ struct EpTiling {
   int64_t capacity;       // padded layout: rows per local expert; compact: 0
   // call
   int64_t num_tokens;     // T of this die
-  int64_t epoch;          // u64 bits; never 0
+  int64_t call_code;      // the call's code above bit CALL_NUMBER_BITS (u64 bits); its number comes
+                          // from the die's call counters, so a replayed launch gets a new one
   int64_t mode;           // ubep::Mode
   int64_t sentinel;       // sp sentinel of the row dtype
   int64_t sentinel_f32;   // sp sentinel of fp32 pair values
   int64_t reduce, weighted;
   int64_t rows_dtype;     // combine: RowDtype of the rows (fp32 for REDUCE_PAIRS), picks the kernel
   int64_t n_count, n_token;  // dispatch: count group AIVs [0, n_count), token group after them
+  int64_t dies_per_npu, dies_per_board;  // the fabric's hop classes, for the token group's mapper
   int64_t timeout_cycles;
   // geometry
   int64_t route_bytes;    // per dispatch row: pair base, K local experts, K orders, K weights

@@ -4,19 +4,21 @@
 // left in it, so a layer cannot trust it unprepared. The meeting goes through the windows, not an
 // HCCL collective, which may stage data in the very window (docs/ASCEND.md).
 //
+// 0. reset this AIV's call counter (the next call is number 1 on every die: the fill leaves no flag
+//    of any number, and HCCL's window starts with whatever was there).
 // 1. arrive: the token (nonce, epoch) into every die's arrival entry for this die, then wait for
 //    every die's token here. A die arrives only after its earlier calls ended, so no write of theirs
 //    lands here after the fill: a call that completed on this die saw every write addressed to it,
 //    and after a timeout the late writer arrives only once its own call ended.
 // 2. fill: both slots of this layer's window: zeros (zeroed flags, records and count messages match
 //    no epoch) and, in sp, the sentinel in the marker bytes of every block of every row area. The
-//    header, where the tokens live, is left alone.
+//    header, where the tokens and the call counters live, is left alone.
 // 3. ready: once every AIV's share is filled (a fence, SyncAll), the token into every die's ready
 //    entry for this die; wait for every die's. A die's next call starts after this op ended, so no
 //    die writes into a peer's slots before the peer filled them.
 //
-// Input: token [2] int64 (the group's nonce, this preparation's epoch); output: scratch (status
-// words and counters).
+// Input: token [2] int64 (the group's nonce, this preparation's number on the group); output:
+// scratch (status words and counters).
 #include "ep_common.h"
 #include "op_tiling.h"
 
@@ -40,6 +42,7 @@ class PrepareKernel {
     Sync<HardEvent::MTE2_S>();
     nonce_ = ub.GetValue(0);
     epoch_ = ub.GetValue(1);
+    c_.ResetCallNumber();
   }
 
   __aicore__ inline void Process() {

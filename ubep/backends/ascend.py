@@ -13,13 +13,24 @@ outlive its Buffers, as HCCL's window does on an NPU (``ascend_windows``). A Buf
 creation (the ``prepare`` op: zeros, sp sentinels, then a meeting of every die), and again before a call
 when another layer's Buffer prepared them since.
 
-Calls are numbered per group (epochs 1, 2, 3, ... on every rank, across all the group's Buffers); call
-``e`` uses window slot ``e & 1``. The kernels get ``e | code << CALL_BITS`` as their epoch (``code``:
-``base.call_code``, the operation and the handle it reuses), which every flag, record and count
-message of the call carries: ranks that called different operations wait for words that never come
-and raise :class:`EPCommError` instead of mixing two calls. A rank whose peers do not arrive raises
-:class:`EPCommError` naming its rank and the phase after ``config.timeout_s``; the group's windows are
-then in an unknown state until a new Buffer prepares them.
+Calls are numbered per group, on the device: every AIV keeps the number of its last call in its
+die's window header and takes the next one at the start of each kernel (a preparation resets the
+counters, having zeroed every flag), so the numbers run 1, 2, 3, ... on every rank across all the
+group's Buffers, and a launch replayed from an NPU graph gets a new one. Call ``e``
+uses window slot ``e & 1``. The host gives the kernels only the call's ``code`` (``base.call_code``,
+the operation and the handle it reuses), above bit ``CALL_BITS`` of the epoch ``e | code <<
+CALL_BITS`` that every flag, record and count message of the call carries: ranks that called
+different operations wait for words that never come and raise :class:`EPCommError` instead of
+mixing two calls.
+
+NPU graphs: a call inside a capture is recorded like any other (its status words are read at
+``synchronize()``). A layout switch re-prepares the windows, which would pull them from under a
+graph's replays: a window preparation refuses to be captured, and once a graph captured calls of
+one layout on a group, a Buffer of another layout on that group refuses to run.
+
+A rank whose peers do not arrive raises :class:`EPCommError` naming its rank and the phase after
+``config.timeout_s``; the group's windows are then in an unknown state until a new Buffer prepares
+them.
 
 No call makes the host wait for the device but a compact dispatch, which reads its output's size
 (``tokens_per_expert``) once. A kernel's timeout reaches the host through its status words
@@ -38,6 +49,7 @@ from ubep.backends.ascend_library import load_ops
 from ubep.backends.ascend_status import StatusWatch, npu_capturing
 from ubep.backends.ascend_windows import group_windows, window_bytes, window_layout
 from ubep.backends.base import CALL_BITS, Backend, Handle, call_code
+from ubep.backends.lifetime import pin_for_graphs
 from ubep.config import EPConfig
 
 TWIN_AIVS = 4  # AIV threads per die on the CPU twin
@@ -51,17 +63,6 @@ def worker_split(cfg: EPConfig, num_aivs: int = TWIN_AIVS) -> tuple[int, int]:
     n_count, n_token = torch.ops.ubep_ascend.worker_split(
         cfg.world_size, cfg.hidden, cfg.num_experts, cfg.top_k, cfg.max_tokens_per_rank, cfg.dtype, num_aivs)
     return n_count, n_token
-
-
-def refuse_capture() -> None:
-    """RuntimeError while an NPU graph is being captured, before anything is launched or numbered:
-    each call's number (its epoch, which every flag of the call carries) reaches the kernels as a
-    host integer of the op, so every replay of a captured call would repeat the capture's number and
-    take the flags the capture left for its own."""
-    if npu_capturing():
-        raise RuntimeError("backend='ascend' cannot be captured in an NPU graph yet: a call's number reaches "
-                           "its kernels as a host integer, which every replay would repeat; run the "
-                           "ascend Buffer's calls eagerly (vLLM-Ascend: --enforce-eager)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,25 +107,37 @@ class AscendBackend(Backend):
     def _prepare(self) -> None:
         """Fills this layer's window on every die and meets every die (a collective); until it
         succeeds the windows hold no known layout."""
-        refuse_capture()
-        self.status.check()  # before the epoch is taken: a call that raises consumes none
+        if npu_capturing():
+            raise RuntimeError("backend='ascend': a window preparation (a Buffer's creation, or its first "
+                               "call after a Buffer of another layout used the group) cannot be captured in "
+                               "an NPU graph; make one eager call of this Buffer before capturing")
         cfg, w = self.config, self.windows
+        if w.captured_layout not in (None, self.layout):
+            raise RuntimeError(f"backend='ascend': an NPU graph captured calls of the layer "
+                               f"{w.captured_layout} (hidden, experts, top_k, max_tokens, dtype, sync) "
+                               f"on this group; this Buffer's layer {self.layout} would prepare the "
+                               "group's windows again under its replays. Run the other layer on another "
+                               "process group")
+        self.status.check()  # before launching: a call that raises runs on no die
         w.layout = None
-        token = torch.tensor([w.nonce, w.next_epoch()], dtype=torch.int64, device=self.device)
+        token = torch.tensor([w.nonce, w.next_preparation()], dtype=torch.int64, device=self.device)
         self._call(torch.ops.ubep_ascend.prepare, token, w.tensors, w.name, cfg.world_size, cfg.rank,
                    cfg.hidden, cfg.num_experts, cfg.top_k, cfg.max_tokens_per_rank, cfg.dtype, cfg.sync,
                    self.n_workers, cfg.timeout_s)
         w.layout = self.layout
 
-    def _call_epoch(self, code: int) -> int:
-        """The next call's epoch with its call ``code`` above it, after preparing the windows again
-        if they hold another layer's layout (every rank decides alike: the group's calls are the
-        same sequence everywhere). Raises first for an earlier call that timed out."""
-        refuse_capture()
+    def _call_code(self, code: int) -> int:
+        """The op's ``call_code`` (``code`` above the call number, which the kernels take on the device),
+        after preparing the windows again if they hold another layer's layout (every rank decides
+        alike: the group's calls are the same sequence everywhere). Raises first for an earlier call
+        that timed out, and where the preparation would break a graph's replays."""
         self.status.check()
         if self.windows.layout != self.layout:
             self._prepare()
-        return self.windows.next_epoch() | code << CALL_BITS
+        if npu_capturing():
+            self.windows.captured_layout = self.layout
+            pin_for_graphs(self.windows)
+        return code << CALL_BITS
 
     def _call(self, op, *args) -> list[torch.Tensor]:
         """Runs one op; returns its outputs but the status words, which ``self.status`` takes."""
@@ -144,11 +157,11 @@ class AscendBackend(Backend):
         super().destroy()
 
     def _dispatch_op(self, x_TH, topk_idx_TK, topk_weights_TK, code: int):
-        cfg, epoch = self.config, self._call_epoch(code)
+        cfg, code_bits = self.config, self._call_code(code)
         return self._call(torch.ops.ubep_ascend.dispatch, x_TH.contiguous(), topk_idx_TK.long().contiguous(),
                           topk_weights_TK.detach().float().contiguous(), self.windows.tensors,
                           self.windows.name, cfg.world_size, cfg.rank, cfg.num_experts,
-                          cfg.max_tokens_per_rank, cfg.layout == "padded", cfg.sync, epoch,
+                          cfg.max_tokens_per_rank, cfg.layout == "padded", cfg.sync, code_bits,
                           self.n_workers, cfg.timeout_s)
 
     def dispatch(self, x_TH, topk_idx_TK, topk_weights_TK):
@@ -177,11 +190,11 @@ class AscendBackend(Backend):
     def _combine_op(self, rows, handle: Handle, reduce: str, weighted: bool) -> torch.Tensor:
         code = (call_code("return_pair_values", handle.call) if reduce == "pairs"
                 else call_code("combine", handle.call, reduce, weighted))
-        cfg, r, epoch = self.config, handle.routes, self._call_epoch(code)
+        cfg, r, code_bits = self.config, handle.routes, self._call_code(code)
         return self._call(torch.ops.ubep_ascend.combine, rows.contiguous(), r.topk_idx, r.topk_weights,
                           r.recv_rows, r.recv_pair_weights, r.recv_pair_base, r.recv_counts,
                           self.windows.tensors, self.windows.name, cfg.world_size, cfg.rank, cfg.num_experts,
-                          cfg.hidden, cfg.dtype, reduce, weighted, cfg.sync, epoch,
+                          cfg.hidden, cfg.dtype, reduce, weighted, cfg.sync, code_bits,
                           self.n_workers, cfg.timeout_s)[0]
 
     def combine(self, expert_out, handle, reduce, weighted):

@@ -10,7 +10,8 @@ later call raises again, since the group's windows are then in an unknown state.
   itself raises; the same path as on an NPU, only earlier.
 - NPU: each call's words go to pinned host memory with a non-blocking copy and an event behind it;
   the next call reads those whose event has completed (``Event.query``, no waiting),
-  ``synchronize()`` waits for all. No call is captured in a graph (the backend refuses captures).
+  ``synchronize()`` waits for all. A call captured in a graph records no copy or event (a capture may
+  record neither); its words, rewritten by every replay, are read at ``synchronize()``.
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ class StatusWatch:
     def __init__(self, device: torch.device, rank: int, timeout_s: float):
         self.device, self.rank, self.timeout_s = device, rank, timeout_s
         self.pending: list[tuple[torch.Tensor, object]] = []  # NPU: (host copy, event after it)
+        self.captured: list[torch.Tensor] = []  # NPU: words of calls a graph captured
         self.failure: str | None = None
 
     def watch(self, status: torch.Tensor) -> None:
         """Takes one call's status words (on the op's device)."""
         if self.device.type == "cpu":
             self._read(status)
+        elif npu_capturing():
+            self.captured.append(status)
         else:
             self.pending.append(_copy_to_host(status))
 
@@ -44,6 +48,9 @@ class StatusWatch:
                               "preparation fills the group's windows again")
         while self.pending and (wait or self.pending[0][1].query()):
             self._read(self.pending.pop(0)[0])
+        if wait:
+            for status in self.captured:
+                self._read(status.cpu())
 
     def _read(self, status: torch.Tensor) -> None:
         message = torch.ops.ubep_ascend.status_message(status, self.rank, self.timeout_s)

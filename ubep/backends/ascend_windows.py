@@ -8,12 +8,13 @@ tensors. That path has never run (no NPU here). On the CPU twin a die's window i
 the same size that every rank maps, made on the group's first Buffer and unlinked once every rank has
 mapped it.
 
-Why the epochs belong to the group: flags, records and count messages carry the epoch of the call that
-wrote them and stay in the window after their Buffer is gone, so a later Buffer that numbered its calls
-from 1 again would take them for its own. Numbered per group, the calls of every Buffer on the group
-form one sequence, and Buffers of one layer may even interleave their calls with no extra cost. A
-layer of another layout reads other bytes as flags, so the window is prepared again (the ``prepare``
-op: zeros, sp sentinels, and a meeting of all dies) whenever it last held another layout.
+Why the call numbers belong to the group: flags, records and count messages carry the epoch of the
+call that wrote them and stay in the window after their Buffer is gone, so a later Buffer that
+numbered its calls from 1 again would take them for its own. Numbered per group (by the call counters
+in the window header, on the device), the calls of every Buffer on the group form one sequence, and
+Buffers of one layer may even interleave their calls with no extra cost. A layer of another layout
+reads other bytes as flags, so the window is prepared again (the ``prepare`` op: zeros, sp sentinels,
+and a meeting of all dies) whenever it last held another layout.
 """
 
 from __future__ import annotations
@@ -28,10 +29,7 @@ import torch
 import torch.distributed as dist
 
 from ubep.backends.ascend_library import load_ops
-from ubep.backends.base import CALL_BITS, EPCommError
 from ubep.config import EPConfig
-
-MAX_EPOCH = 2**CALL_BITS - 1  # a group's call number, below the call's code in the ops' int64 epoch
 
 
 def window_bytes(cfg: EPConfig) -> int:
@@ -65,23 +63,26 @@ class GroupWindows:
     ``name``: the HCCL group the ops find the windows in (on an NPU the communicator's name);
     ``tensors``: every die's mapping on the CPU twin, empty on an NPU; ``nonce``: random, the same on
     every rank, it makes the preparation's tokens differ from anything another group or process left
-    in the memory; ``epoch``: the last call's number; ``layout``: the layer layout the windows were last
-    prepared for (``None``: none, or a preparation failed).
+    in the memory; ``preparations``: how many the group has started (each one's number is in its
+    tokens; the calls' numbers are counted on the device, from 1 after each preparation);
+    ``layout``: the layer layout the windows were last prepared for (``None``: none, or a preparation
+    failed); ``captured_layout``: the layout of calls an NPU graph captured on the group, which the
+    windows then keep.
     """
 
     name: str
     tensors: list[torch.Tensor]
     nonce: int
     maps: list[mmap.mmap] = field(default_factory=list)
-    epoch: int = 0
+    preparations: int = 0
     layout: tuple | None = None
+    captured_layout: tuple | None = None
 
-    def next_epoch(self) -> int:
-        if self.epoch >= MAX_EPOCH:
-            raise EPCommError(f"ubep: this group's windows carried 2**{CALL_BITS} - 1 calls; make a new "
-                              f"process group")
-        self.epoch += 1
-        return self.epoch
+    def next_preparation(self) -> int:
+        """The next preparation's number, ``1, 2, 3, ...`` on every rank: preparations are decided on
+        the host from the group's calls, the same sequence everywhere, and never captured."""
+        self.preparations += 1
+        return self.preparations
 
 
 _GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -31,7 +31,6 @@ void check_group(int64_t world, size_t remote_offset, Checks& checks) {
       ubep_ascend::EpTiling t{};
       t.world = world;
       t.rank = rank;
-      t.epoch = epoch;
       t.slots_off = kHeaderBytes;
       t.slot_bytes = kSlotBytes;
       t.ws_counters = 64;
@@ -40,6 +39,7 @@ void check_group(int64_t world, size_t remote_offset, Checks& checks) {
       AscendC::twin::launch(kAivs, [&] {
         ubep_ascend::Ctx c;
         c.Init(&t, scratch.data());
+        c.epoch = static_cast<uint64_t>(epoch);  // as TakeCallNumber sets it
         for (int64_t r = 0; r < world; ++r) {
           got_base[AscendC::GetBlockIdx() * world + r] = c.windows.Base(r);
           got_slot[AscendC::GetBlockIdx() * world + r] = c.Slot(r);

@@ -20,7 +20,7 @@ extern "C" {
 
 ACLNN_API aclnnStatus aclnnUbepDispatchGetWorkspaceSize(
     const aclTensor* x, const aclTensor* topk_idx, const aclTensor* topk_weights, const char* group, int64_t world,
-    int64_t rank, int64_t num_experts, int64_t max_tokens, bool padded, const char* sync, int64_t epoch,
+    int64_t rank, int64_t num_experts, int64_t max_tokens, bool padded, const char* sync, int64_t call_code,
     int64_t n_workers, double timeout_s, aclTensor* recv_x, aclTensor* recv_weights, aclTensor* tokens_per_expert,
     aclTensor* recv_rows, aclTensor* recv_pair_weights, aclTensor* recv_pair_base, aclTensor* recv_counts,
     aclTensor* scratch, uint64_t* workspace_size, aclOpExecutor** executor);
@@ -31,7 +31,7 @@ ACLNN_API aclnnStatus aclnnUbepCombineGetWorkspaceSize(
     const aclTensor* rows, const aclTensor* topk_idx, const aclTensor* topk_weights, const aclTensor* recv_rows,
     const aclTensor* recv_pair_weights, const aclTensor* recv_pair_base, const aclTensor* recv_counts,
     const char* group, int64_t world, int64_t rank, int64_t num_experts, int64_t hidden, int64_t dtype,
-    const char* reduce, bool weighted, const char* sync, int64_t epoch, int64_t n_workers, double timeout_s,
+    const char* reduce, bool weighted, const char* sync, int64_t call_code, int64_t n_workers, double timeout_s,
     aclTensor* y, aclTensor* scratch, uint64_t* workspace_size, aclOpExecutor** executor);
 ACLNN_API aclnnStatus aclnnUbepCombine(void* workspace, uint64_t workspace_size, aclOpExecutor* executor,
                                       aclrtStream stream);

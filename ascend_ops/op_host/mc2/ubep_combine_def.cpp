@@ -52,7 +52,7 @@ class UbepCombine : public OpDef {
     this->Attr("reduce").AttrType(REQUIRED).String();
     this->Attr("weighted").AttrType(REQUIRED).Bool();
     this->Attr("sync").AttrType(REQUIRED).String();
-    this->Attr("epoch").AttrType(REQUIRED).Int();
+    this->Attr("call_code").AttrType(REQUIRED).Int();
     this->Attr("n_workers").AttrType(REQUIRED).Int();
     this->Attr("timeout_s").AttrType(REQUIRED).Float();
     this->AICore().SetTiling(ubep_ascend::mc2::CombineTilingFunc);

@@ -49,7 +49,7 @@ class UbepDispatch : public OpDef {
     this->Attr("max_tokens").AttrType(REQUIRED).Int();
     this->Attr("padded").AttrType(REQUIRED).Bool();
     this->Attr("sync").AttrType(REQUIRED).String();
-    this->Attr("epoch").AttrType(REQUIRED).Int();
+    this->Attr("call_code").AttrType(REQUIRED).Int();
     this->Attr("n_workers").AttrType(REQUIRED).Int();
     this->Attr("timeout_s").AttrType(REQUIRED).Float();
     this->AICore().SetTiling(ubep_ascend::mc2::DispatchTilingFunc);

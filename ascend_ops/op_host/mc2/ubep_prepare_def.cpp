@@ -1,7 +1,8 @@
 // The MC2 op UbepPrepare (CANN only, never compiled), laid out as UbepDispatch: its definition,
 // whose HCCL group is the "group" attribute, and its host tiling. The kernel is
 // op_kernel/prepare_kernel.cpp (ubep_prepare). `dtype` is the layer's RowDtype (it fixes the window
-// geometry); the input `token` is [2] int64, the group's nonce and the preparation's epoch.
+// geometry); the input `token` is [2] int64, the group's nonce and the preparation's number on the
+// group.
 #include "ep_mc2.h"
 
 namespace ubep_ascend::mc2 {

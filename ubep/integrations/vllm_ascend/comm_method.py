@@ -25,6 +25,7 @@ import logging
 import torch
 from vllm.config import get_current_vllm_config
 from vllm.distributed.parallel_state import (
+    get_ep_group,
     get_tensor_model_parallel_rank,
     get_tensor_model_parallel_world_size,
 )
@@ -124,9 +125,11 @@ class UbepCommImpl(MoECommMethod):
 
 
 def core_for(moe_config) -> UbepTokenDispatcherCore:
-    """The shared core for this layer's shape on vllm-ascend's MC2 group (the group vllm-ascend keeps
-    for its own window-based dispatch: its HCCL window hosts no other collective); logs the start-up
-    line when it is made."""
+    """The shared core for this layer's shape: its padded (decode) Buffer on vllm-ascend's MC2 group
+    (the group vllm-ascend keeps for its own window-based dispatch: its HCCL window hosts no other
+    collective), its compact (prefill) Buffer on vLLM's EP group, where vllm-ascend runs its own
+    prefill all-to-all: each group's window keeps one layout, so no call prepares a window again and
+    ACL graphs may capture decode. Logs the start-up line when it is made."""
     vllm_config = get_current_vllm_config()
     settings = Settings.from_additional_config(vllm_config.additional_config)
     _refuse_eplb()
@@ -139,7 +142,7 @@ def core_for(moe_config) -> UbepTokenDispatcherCore:
                        moe_config.in_dtype)
     device = torch.device("npu", torch.npu.current_device()) if settings.backend == "ascend" else None
     core, made = shared_core(mc2.device_group, shape, settings, decode_tokens=decode, prefill_tokens=prefill,
-                             device=device)
+                             device=device, prefill_group=get_ep_group().device_group)
     if made:
         LOG.info(core.describe())
     return core

@@ -146,7 +146,7 @@ VLLM_CONTRACT = [
     Names("config/__init__.py", ("get_current_vllm_config",)),
     Fields("config/vllm.py", "VllmConfig", ("additional_config",), prefix=False),
     Names("distributed/parallel_state.py", ("get_tensor_model_parallel_world_size",
-                                            "get_tensor_model_parallel_rank")),
+                                            "get_tensor_model_parallel_rank", "get_ep_group")),
 ]
 OVERRIDES = {  # (our file, our class) -> (file, vllm-ascend class) whose methods it implements
     ("core.py", "UbepTokenDispatcherCore"): (TOKEN_DISPATCHER, "MoETokenDispatcher"),

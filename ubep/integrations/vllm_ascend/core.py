@@ -4,7 +4,7 @@ vllm-ascend 0.23.0.post1 runs a MoE layer as ``prepare`` -> ``token_dispatch`` -
 ``token_combine`` -> ``finalize`` (``MoECommMethod.fused_experts``). :class:`UbepTokenDispatcherCore`
 does the two middle calls with the signatures vllm-ascend's ``MoETokenDispatcher`` declares, reading
 the input as vllm-ascend's dataclasses hold it (``MoETokenDispatchInput``: ``hidden_states``,
-``topk_weights``, ``topk_ids``, ``routing``, ``quant``), over two ``ubep.Buffer`` of one group:
+``topk_weights``, ``topk_ids``, ``routing``, ``quant``), over two ``ubep.Buffer``:
 
 - ``padded`` (decode, ``T <= decode_tokens`` on every rank): no host synchronization; ubep's receive
   rows ``[E_local, W * T_max, H]`` are gathered into ``[R, H]`` rows sorted by local expert
@@ -14,6 +14,11 @@ the input as vllm-ascend's dataclasses hold it (``MoETokenDispatchInput``: ``hid
   shapes when the MLP cannot skip padding.
 - ``compact`` (prefill): ``[N, H]`` rows, ``N = group_list.sum()``; one host synchronization for
   ``N`` (inside ubep's dispatch).
+
+The two Buffers may sit on two groups of the same ranks in the same order (``prefill_group``): on the
+ascend backend each group's window then holds one layout for good, so no call re-prepares a window,
+and an ACL graph may capture the padded calls (the compact layout reads its size on the host and is
+never captured; the reference backend synchronizes with the host and is never captured either).
 
 ``group_list`` is the per-local-expert count (``group_list_type=1``) and ``token_combine`` returns
 ``[T, H]`` weighted by the gate weights (fp32 sums in ascending k, docs/SEMANTICS.md). The layout of a
@@ -36,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 import ubep.ops
+from ubep.backends.ascend_status import npu_capturing
 from ubep.buffer import DEFAULT_SYNC, Buffer
 from ubep.config import DTYPES, REDUCTIONS, SYNC_MODES
 
@@ -215,28 +221,33 @@ def graph_capturing(t: torch.Tensor) -> bool:
     torch_npu mirrors ``torch.cuda.is_current_stream_capturing``; False where it does not)."""
     if t.is_cuda:
         return torch.cuda.is_current_stream_capturing()
-    if t.device.type == "npu":
-        capturing = getattr(getattr(torch, "npu", None), "is_current_stream_capturing", None)
-        return bool(capturing and capturing())
-    return False
+    return t.device.type == "npu" and npu_capturing()
 
 
 class UbepTokenDispatcherCore:
     """vllm-ascend's ``MoETokenDispatcher`` over ubep: ``token_dispatch`` / ``token_combine`` with its
-    signatures, over a padded (decode) and a compact (prefill) ``ubep.Buffer`` of ``group``.
+    signatures, over a padded (decode) ``ubep.Buffer`` of ``group`` and a compact (prefill) one of
+    ``prefill_group`` (``None``: ``group`` too).
 
-    Creating it is a collective on ``group`` (every rank creates the same one, in the same order:
+    Creating it is a collective on both groups (every rank creates the same one, in the same order:
     the Buffers check that they agree). ``decode_tokens=0`` makes no padded Buffer.
     """
 
     def __init__(self, group: dist.ProcessGroup | None, shape: LayerShape, settings: Settings, *,
-                 decode_tokens: int, prefill_tokens: int, device: torch.device | str | None = None):
+                 decode_tokens: int, prefill_tokens: int, device: torch.device | str | None = None,
+                 prefill_group: dist.ProcessGroup | None = None):
         self.shape, self.settings = shape, settings
         self.world, self.rank = dist.get_world_size(group), dist.get_rank(group)
+        prefill_group = group if prefill_group is None else prefill_group
+        seen = (dist.get_world_size(prefill_group), dist.get_rank(prefill_group))
+        if seen != (self.world, self.rank):
+            raise ValueError(f"prefill_group: rank {seen[1]} of {seen[0]} there, rank {self.rank} of "
+                             f"{self.world} in the decode group; the two groups must hold the same ranks in "
+                             "the same order")
         self.buffers: dict[str, Buffer] = {}
         if decode_tokens > 0:
             self.buffers["padded"] = self._buffer(group, "padded", decode_tokens, device)
-        self.buffers["compact"] = self._buffer(group, "compact", prefill_tokens, device)
+        self.buffers["compact"] = self._buffer(prefill_group, "compact", prefill_tokens, device)
         self.layout = "compact"
         self._identity = {"expert_map": identity_expert_map(shape.num_experts, self.world, self.rank),
                           "log2phy": torch.arange(shape.num_experts)}
@@ -315,11 +326,11 @@ class UbepTokenDispatcherCore:
                  weighted: bool = True) -> TokenDispatchOutput:
         """ubep's dispatch in the current layout, its rows grouped by local expert."""
         buf = self.buffers[self.layout]
-        if graph_capturing(x_TH):
-            raise RuntimeError(f"ubep (backend={self.settings.backend}) cannot be captured in an ACL/CUDA "
-                               "graph yet: the ascend backend passes each call's number to its kernels as a "
-                               "host integer, which a replayed graph would repeat (and the reference "
-                               "backend synchronizes with the host); serve with --enforce-eager")
+        if graph_capturing(x_TH) and (self.layout == "compact" or self.settings.backend != "ascend"):
+            raise RuntimeError(f"ubep: a {self.layout} dispatch of backend={self.settings.backend} cannot be "
+                               "captured in an ACL graph (the compact layout reads its size on the host, the "
+                               "reference backend synchronizes with it): capture decode only, with "
+                               "backend='ascend', or serve with --enforce-eager")
         dispatched = ubep.ops.dispatch(buf, x_TH.contiguous(), topk_ids_TK, topk_weights_TK)
         back_rows = None
         hidden_RH, counts_E = dispatched.recv_x, dispatched.tokens_per_expert
@@ -405,16 +416,16 @@ _CORES: dict[tuple, UbepTokenDispatcherCore] = {}
 
 
 def shared_core(group: dist.ProcessGroup | None, shape: LayerShape, settings: Settings, *, decode_tokens: int,
-                prefill_tokens: int, device: torch.device | str | None = None
-                ) -> tuple[UbepTokenDispatcherCore, bool]:
-    """One core per group and configuration for the process, made on first use (a collective), and
+                prefill_tokens: int, device: torch.device | str | None = None,
+                prefill_group: dist.ProcessGroup | None = None) -> tuple[UbepTokenDispatcherCore, bool]:
+    """One core per groups and configuration for the process, made on first use (a collective), and
     whether this call made it. vllm-ascend builds its comm methods once per MoE layer, and every
     layer of a model shares a shape: its layers share two Buffers rather than making two each."""
-    key = (id(group), shape, settings, decode_tokens, prefill_tokens, str(device))
+    key = (id(group), id(prefill_group), shape, settings, decode_tokens, prefill_tokens, str(device))
     core = _CORES.get(key)
     if core is not None:
         return core, False
     core = UbepTokenDispatcherCore(group, shape, settings, decode_tokens=decode_tokens,
-                                   prefill_tokens=prefill_tokens, device=device)
+                                   prefill_tokens=prefill_tokens, device=device, prefill_group=prefill_group)
     _CORES[key] = core
     return core, True
