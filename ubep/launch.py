@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import time
 import traceback
@@ -80,10 +81,12 @@ def _rank_main(fn, rank, world_size, args, ports, pg_backend, pg_timeout_s, thre
         dist.init_process_group(pg_backend, store=store, rank=rank, world_size=world_size,
                                 timeout=timeout, device_id=device_id)
         value = fn(rank, world_size, *args)
-        results.put((rank, value))
+        # By value: the queue's own pickler shares tensors through file descriptors that vanish
+        # when this process exits, which it may do before the parent reads them.
+        results.put((rank, pickle.dumps(value)))
     except BaseException as err:  # report everything, the parent decides
-        results.put((rank, RankFailure(rank, type(err).__name__, str(err),
-                                              traceback.format_exc())))
+        results.put((rank, pickle.dumps(RankFailure(rank, type(err).__name__, str(err),
+                                                          traceback.format_exc()))))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -96,7 +99,7 @@ def _drain(results, outcome: dict[int, object]) -> None:
             rank, value = results.get(timeout=0.5)
         except queue.Empty:
             return
-        outcome[rank] = value
+        outcome[rank] = pickle.loads(value)
 
 
 def _exit_reason(exitcode: int | None) -> str:
@@ -145,7 +148,7 @@ def run_ranks(
     while len(outcome) < world_size:
         try:
             rank, value = results.get(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
-            outcome[rank] = value
+            outcome[rank] = pickle.loads(value)
         except queue.Empty:
             dead = [r for r, p in enumerate(procs) if not p.is_alive() and r not in outcome]
             if dead:  # what they put before exiting is in the pipe now, though the get above missed it
