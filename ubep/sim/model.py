@@ -1,9 +1,10 @@
 """Discrete-event model of one MoE dispatch on a superpod, built on SimPy.
 
-Every rank runs its workers as SimPy processes. A worker sending ``c`` tokens to one rank holds one
-of its rank's egress lanes (the link saturates once ``link_lanes`` workers push at once) for ``c``
-token times, where a token time is the longer of its serialization at the worker's rate and its hop
-latency spread over the worker's outstanding stores (so far tokens cost more). Ranks interact
+Every rank runs its workers as SimPy processes. A rank's egress link is one fluid resource shared
+by the workers sending at once (max-min fair); each worker is capped at its own copy rate, the
+longer of a token's serialization at the worker's rate and its hop latency spread over the
+worker's outstanding stores (so far tokens cost more). The link saturates once enough workers push
+at once (``link_gbps / worker_gbps`` of them) and no worker waits for a free lane. Ranks interact
 through messages whose arrival is the sender's time plus the hop latency, and through the receiver
 waiting for them.
 
@@ -97,22 +98,68 @@ def worker_plan(variant: str, counts_E: torch.Tensor, hop_E: torch.Tensor, worke
     return out.index_put_((plan.piece_worker(), dest), plan.length, accumulate=True)
 
 
+class _Link:
+    """One rank's egress link: the flows on it share ``gbps`` max-min fairly, each flow at most at
+    its own cap (water-filling); rates are recomputed whenever a flow starts or ends."""
+
+    def __init__(self, env, gbps: float):
+        self.env, self.gbps = env, gbps
+        self.flows: dict = {}  # completion event -> [bytes left, cap in bytes/ns, rate]
+        self.stamp = 0.0
+        self.generation = 0  # a wake-up scheduled before the last change is stale
+
+    def send(self, nbytes: float, cap_gbps: float):
+        """An event that fires once ``nbytes`` have left at up to ``cap_gbps`` (bytes per ns)."""
+        done = self.env.event()
+        self._advance()
+        self.flows[done] = [nbytes, cap_gbps, 0.0]
+        self._reschedule()
+        return done
+
+    def _advance(self) -> None:
+        dt = self.env.now - self.stamp
+        if dt > 0:
+            for flow in self.flows.values():
+                flow[0] -= flow[2] * dt
+        self.stamp = self.env.now
+
+    def _reschedule(self) -> None:
+        left, active = self.gbps, sorted(self.flows.values(), key=lambda f: f[1])
+        for i, flow in enumerate(active):
+            flow[2] = min(flow[1], left / (len(active) - i))
+            left -= flow[2]
+        self.generation += 1
+        generation = self.generation
+        wake = self.env.timeout(max(0.0, min(f[0] / f[2] for f in active)))
+        wake.callbacks.append(lambda _: self._tick(generation))
+
+    def _tick(self, generation: int) -> None:
+        if generation != self.generation:
+            return
+        self._advance()
+        # Done: what is left would take under a femtosecond (rounding of the float clock).
+        for done in [d for d, f in self.flows.items() if f[0] <= 1e-6 * f[2] + 1e-9]:
+            del self.flows[done]
+            done.succeed()
+        if self.flows:
+            self._reschedule()
+
+
 class _Dispatch:
     def __init__(self, env, traffic: Routing, topo: Topology, params: SimParams, cfg: SimConfig):
-        import simpy  # here, not at the top: listing the scenarios needs no simpy
-
         self.env, self.t, self.topo, self.p, self.cfg = env, traffic, topo, params, cfg
         world = traffic.world_size
-        self.egress = [simpy.Resource(env, capacity=params.link_lanes) for _ in range(world)]
+        self.link = [_Link(env, params.link_gbps) for _ in range(world)]
         self.lat = [[topo.latency_ns[topo.hop(s, d)] for d in range(world)] for s in range(world)]
         self.rank_of_e = traffic.rank_of_expert()
         self.tokens_WW = torch.zeros(world, world, dtype=torch.long).index_add_(
             1, self.rank_of_e, traffic.counts_WE.long()).tolist()
-        serial_ns = wire_bytes_per_row(params, cfg.sync) / params.worker_gbps
-        # A token's time on a worker: its serialization, or its hop latency spread over the
-        # stores the worker keeps in flight, whichever is longer.
-        self.token_ns = [[max(serial_ns, lat / params.outstanding_stores) for lat in row]
-                         for row in self.lat]
+        self.row_wire = wire_bytes_per_row(params, cfg.sync)
+        serial_ns = self.row_wire / params.worker_gbps
+        # A worker's copy rate to a rank: a token takes its serialization, or its hop latency
+        # spread over the stores the worker keeps in flight, whichever is longer.
+        self.cap = [[self.row_wire / max(serial_ns, lat / params.outstanding_stores) for lat in row]
+                    for row in self.lat]
         # Cross-rank signals: when rank s's counts/flags left; when its last token to d left, known
         # once all of its token workers are done.
         self.counts_sent = [env.event() for _ in range(world)]
@@ -123,7 +170,6 @@ class _Dispatch:
 
     # -- token sending ----------------------------------------------------------------------------
 
-
     def _worker(self, src: int, plan_W: list[int], finish: list, slot: int, sent_to: list,
                 pieces: list):
         """Send one worker's tokens, rank by rank; record when its data is visible remotely."""
@@ -131,13 +177,12 @@ class _Dispatch:
         for dst, count in enumerate(plan_W):
             if not count:
                 continue
-            busy = count * self.token_ns[src][dst]
+            yield self.link[src].send(count * self.row_wire, self.cap[src][dst])
             if self.cfg.sync == "sw" and self.cfg.execution == "decomposed":
-                # Stop-and-wait: a fence (one round trip) per sync unit before its flag.
-                busy += self.p.sync_units(count * self.p.row_bytes) * 2 * self.lat[src][dst]
-            with self.egress[src].request() as lane:
-                yield lane
-                yield self.env.timeout(busy)
+                # Stop-and-wait: a fence (one round trip) per sync unit before its flag. The fence
+                # stalls the worker's pipeline, not the link (paper §3.4): off the link, after the run.
+                yield self.env.timeout(self.p.sync_units(count * self.p.row_bytes) * 2
+                                       * self.lat[src][dst])
             sent_to[dst] = max(sent_to[dst], self.env.now)
             pieces[dst] += 1
             far = max(far, self.lat[src][dst])

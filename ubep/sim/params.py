@@ -53,11 +53,6 @@ class SimParams:
     def row_bytes(self) -> int:
         return self.hidden * 2
 
-    @property
-    def link_lanes(self) -> int:
-        """Workers that can push at full rate before the rank's link saturates."""
-        return max(1, round(self.link_gbps / self.worker_gbps))
-
     def with_(self, **changes) -> SimParams:
         return replace(self, **changes)
 
