@@ -199,6 +199,21 @@ def repeated_launch_worker(rank: int, world_size: int) -> bool:
     return len(seen) == 2 and seen[0] == seen[1]
 
 
+def slow_aiv_worker(rank: int, world_size: int) -> bool:
+    """AIV 3 of die 0 sleeps 20 ms before each window copy (the twin's UBEP_TWIN_SLOW_AIV), so its
+    share of the preparation's fill ends long after the other AIVs' shares; die 1's first call must
+    still find die 0's window filled before its rows land there. A dispatch and a combine right
+    after the Buffer's creation, against the oracle."""
+    os.environ["UBEP_TWIN_SLOW_AIV"] = "0:3:20000"
+    buf = ubep.Buffer(hidden=1024, num_experts=4, top_k=2, max_tokens_per_rank=16, dtype=torch.float32,
+                      backend="ascend", sync="sw", timeout_s=20)
+    case = Case(tokens=(16,) * world_size, hidden=1024, num_experts=4, top_k=2, dtype="fp32", max_tokens=16,
+                seed=41)
+    res, inputs = checked_dispatch(buf, case, rank, world_size, "after a preparation with a slow AIV")
+    checked_combine(buf, case, res, inputs, rank, world_size, "source", "after a preparation with a slow AIV")
+    return True
+
+
 def skip_prepare_worker(rank: int, world_size: int) -> str:
     """Both ranks make a Buffer; only rank 0 makes a second one (rank 1 stays alive, busy with
     something else): its creation must raise EPCommError on rank 0 within the timeout, not hang."""

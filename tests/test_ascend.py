@@ -16,6 +16,7 @@ from tests.ascend_workers import (
     repeated_launch_worker,
     skip_prepare_worker,
     skip_worker,
+    slow_aiv_worker,
     stress_worker,
 )
 from tests.workers import Case, run_cases
@@ -119,6 +120,12 @@ def test_missing_peer_at_buffer_creation_times_out():
     elapsed, message = got[0].split("|", 1)
     assert "ubep rank 0: phase 'Buffer: configuration check' timed out after 2 s" in message, message
     assert 1.5 < float(elapsed) < 10
+
+
+def test_preparation_waits_for_every_aiv_of_a_die():
+    """One AIV of die 0 fills its share of the window 20 ms per copy behind the others: no ready token
+    of die 0 may reach die 1 before that share is filled, or die 1's rows land under the fill."""
+    assert run_ranks(slow_aiv_worker, 2, timeout_s=300) == [True, True]
 
 
 def test_preparation_waits_for_a_late_die():

@@ -10,6 +10,8 @@
 //   chunk's lock, or for non-window GM a striped lock, so a line is read and written whole.
 // - UBEP_TWIN_JITTER_US=N makes every window copy first sleep 0..N us (per-AIV random), which
 //   reorders AIVs and dies far more than scheduling alone does.
+// - UBEP_TWIN_SLOW_AIV=die:aiv:us makes every window copy of that one AIV of that die sleep us
+//   first: one AIV far behind the others of its die, which even jitter rarely produces.
 // - Beside the lock table, each mapping holds the tables of the cross-core publication check
 //   (xcore.h): who last wrote each 32-byte granule of the window, by MTE3, and under which fence.
 #pragma once
@@ -25,6 +27,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "report.h"
 #include "types.h"
 
 namespace AscendC {
@@ -92,9 +95,38 @@ inline void jitter() {
   std::this_thread::sleep_for(std::chrono::microseconds(rng() % (jitter_us() + 1)));
 }
 
+struct SlowAiv {
+  int64_t die = -1, aiv = -1, us = 0;
+};
+
+inline const SlowAiv& slow_aiv() {
+  static const SlowAiv slow = [] {
+    SlowAiv s;
+    const char* v = std::getenv("UBEP_TWIN_SLOW_AIV");
+    if (v) {
+      char* end = nullptr;
+      s.die = std::strtoll(v, &end, 10);
+      if (*end == ':') s.aiv = std::strtoll(end + 1, &end, 10);
+      if (*end == ':') s.us = std::strtoll(end + 1, &end, 10);
+    }
+    return s;
+  }();
+  return slow;
+}
+
+// The delays a copy of GM at `gm` takes before it starts, where it touches a window (the knobs above).
+inline void before_window_copy(const uint8_t* gm) {
+  if (!chunk_lock(gm)) return;
+  if (jitter_us()) jitter();
+  const SlowAiv& slow = slow_aiv();
+  if (slow.us > 0 && slow.die == die_rank && slow.aiv == tl_block) {
+    std::this_thread::sleep_for(std::chrono::microseconds(slow.us));
+  }
+}
+
 // Copies chunk by chunk (512-byte aligned pieces of the GM side `gm`), each under its lock.
 inline void gm_copy(uint8_t* dst, const uint8_t* src, int64_t n, const uint8_t* gm) {
-  if (jitter_us() && chunk_lock(gm)) jitter();
+  before_window_copy(gm);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int64_t i = 0; i < n;) {
     const int64_t in_chunk = static_cast<int64_t>(reinterpret_cast<uintptr_t>(gm + i) % GM_TRANSACTION);

@@ -337,7 +337,7 @@ class Publication {
 // order, under the chunk's lock (a window's, or the process table's stripe).
 template <class Body>
 void GmPieces(const uint8_t* gm, int64_t n, Body body) {
-  if (jitter_us() && chunk_lock(gm)) jitter();
+  before_window_copy(gm);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int64_t i = 0; i < n;) {
     const int64_t in_chunk = static_cast<int64_t>(reinterpret_cast<uintptr_t>(gm + i) % GM_TRANSACTION);
