@@ -189,7 +189,7 @@ class UbepPrepareFinalizeCore:
         ``a1_TH`` is not written."""
         if self._pending is not None:
             raise RuntimeError("prepare called twice without a finalize between them")
-        x_TH = _weighted_input(a1_TH, topk_weights_TK) if apply_router_weight_on_input else a1_TH
+        x_TH = weighted_input(a1_TH, topk_weights_TK) if apply_router_weight_on_input else a1_TH
         weights_TK = topk_weights_TK.to(torch.float32)  # ubep's gate weights are fp32
         res = self.buffer.dispatch(x_TH, topk_ids_TK, weights_TK)
         self._pending = _Pending(res.handle, topk_weights_TK, not apply_router_weight_on_input)
@@ -216,8 +216,9 @@ class UbepPrepareFinalizeCore:
         return pending
 
 
-def _weighted_input(a1_TH: torch.Tensor, topk_weights_TK: torch.Tensor) -> torch.Tensor:
-    """``a1 * w`` for top-1 routing, in ``a1``'s dtype, as vLLM's own prepare/finalizes scale it."""
+def weighted_input(a1_TH: torch.Tensor, topk_weights_TK: torch.Tensor) -> torch.Tensor:
+    """``a1 * w`` for top-1 routing, in ``a1``'s dtype, as vLLM's (and vllm-ascend's) own
+    prepare/finalizes scale it before dispatch."""
     if topk_weights_TK.shape[1] != 1:
         raise ValueError(f"apply_router_weight_on_input needs top_k == 1 (as in vLLM's own "
                          f"prepare/finalizes), got top_k={topk_weights_TK.shape[1]}")

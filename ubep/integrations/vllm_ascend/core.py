@@ -44,6 +44,7 @@ import ubep.ops
 from ubep.backends.ascend_status import npu_capturing
 from ubep.buffer import DEFAULT_SYNC, Buffer
 from ubep.config import DTYPES, REDUCTIONS, SYNC_MODES
+from ubep.integrations.vllm.core import weighted_input
 
 ENV = "UBEP_VLLM_MOE_COMM"  # "ubep": on, when additional_config names no moe_comm
 SETTING = "moe_comm"  # additional_config={"moe_comm": "ubep"}
@@ -301,7 +302,7 @@ class UbepTokenDispatcherCore:
         self.check_placement(routing.expert_map, routing.log2phy, routing.global_redundant_expert_num)
         x_TH, weighted = inp.hidden_states, True
         if routing.apply_router_weight_on_input:
-            x_TH, weighted = self._weighted_input(x_TH, inp.topk_weights), False
+            x_TH, weighted = weighted_input(x_TH, inp.topk_weights), False
         topk_ids_TK = _masked(inp.topk_ids, routing.mc2_mask)
         return self.dispatch(x_TH, topk_ids_TK, inp.topk_weights.float(), weighted=weighted)
 
@@ -383,12 +384,6 @@ class UbepTokenDispatcherCore:
         if hidden_states.dim() != 2 or hidden_states.shape[1] != s.hidden or hidden_states.dtype != s.dtype:
             raise ValueError(f"hidden_states: this layer's Buffers take [T, {s.hidden}] {s.dtype}, got "
                              f"{list(hidden_states.shape)} {hidden_states.dtype}")
-
-    def _weighted_input(self, x_TH: torch.Tensor, topk_weights_TK: torch.Tensor) -> torch.Tensor:
-        if self.shape.top_k != 1:
-            raise ValueError(f"apply_router_weight_on_input: needs top_k == 1 (one weight per token), got "
-                             f"top_k={self.shape.top_k}")
-        return x_TH * topk_weights_TK.to(x_TH.dtype)
 
     def destroy(self) -> None:
         for buf in self.buffers.values():
