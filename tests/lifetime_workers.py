@@ -30,47 +30,53 @@ def _inputs(tokens: int, hidden: int, experts: int, top_k: int, seed: int):
     return tuple(t.to(_device()) for t in case_inputs(case, 0))
 
 
-def _expected(x, idx, w, experts: int, layout: str, capacity: int):
-    """``(recv_x, tokens_per_expert, y)`` of a W = 1 dispatch and an unweighted-experts combine
-    (expert output = the received row), on the GPU; padded ``recv_x`` only where rows are."""
+def _expected(x, idx, w, experts: int):
+    """``(rows, tokens_per_expert, y)`` of a W = 1 dispatch and an unweighted-experts combine
+    (expert output = the received row), on the GPU: the rows by (expert, token), as a compact
+    dispatch returns them and as a padded one places them expert by expert."""
     top_k = idx.shape[1]
     flat = idx.flatten()
     order = torch.argsort(torch.where(flat >= 0, flat, experts), stable=True)
     order = order[: int((flat >= 0).sum())]
-    recv = x[order // top_k]
     tpe = torch.bincount(flat[flat >= 0], minlength=experts)
-    if layout == "padded":
-        padded = x.new_zeros(experts, capacity, x.shape[1])
-        for e, rows in enumerate(torch.split(recv, tpe.tolist())):
-            padded[e, : rows.shape[0]] = rows
-        recv = padded
     y = ordered_sum(x.unsqueeze(1).expand(-1, top_k, -1), idx >= 0, w).to(x.dtype)
-    return recv, tpe, y
+    return x[order // top_k], tpe, y
 
 
-def _placed(recv_x: torch.Tensor, tokens_per_expert: torch.Tensor) -> torch.Tensor:
-    """The rows a dispatch placed: a padded output (``[E, capacity, H]``) with its padding rows
-    zeroed, on the device (no host round trip); a compact one as it is."""
+def _positions(recv_x: torch.Tensor, tokens_per_expert: torch.Tensor):
+    """``(expert, slot)`` of every row a padded dispatch (``recv_x [E, capacity, H]``) placed, by
+    expert then slot, for ``tokens_per_expert``; ``None`` for a compact one. One host wait, so that
+    the checks of calls queued back to back need none (and no padded-sized temporaries: a padded
+    output at 4096 tokens and 384 experts is 21 GiB)."""
     if recv_x.dim() != 3:
-        return recv_x
-    rows = torch.arange(recv_x.shape[1], device=recv_x.device)
-    return torch.where((rows[None, :] < tokens_per_expert[:, None])[..., None], recv_x, 0)
+        return None
+    slots = torch.arange(recv_x.shape[1], device=recv_x.device)
+    return (slots[None, :] < tokens_per_expert[:, None]).nonzero(as_tuple=True)
+
+
+def _placed(recv_x: torch.Tensor, where) -> torch.Tensor:
+    """The rows a dispatch placed, ``[rows, H]``: a padded output's rows at ``where``
+    (:func:`_positions`), a compact one as it is."""
+    return recv_x if where is None else recv_x[where]
 
 
 def _check(label: str, res, y, want) -> None:
     want_x, want_tpe, want_y = want
-    problems = [name for name, got, expected in (
-        ("tokens_per_expert", res.tokens_per_expert, want_tpe),
-        ("recv_x", _placed(res.recv_x, res.tokens_per_expert), want_x), ("y", y, want_y))
-        if not torch.equal(got, expected)]
+    problems = []
+    if not torch.equal(res.tokens_per_expert, want_tpe):
+        problems.append("tokens_per_expert")
+    elif not torch.equal(_placed(res.recv_x, _positions(res.recv_x, want_tpe)), want_x):
+        problems.append("recv_x")
+    if not torch.equal(y, want_y):
+        problems.append("y")
     if problems:
         raise AssertionError(f"{label}: {', '.join(problems)} differ from torch's permute")
 
 
-def _mismatches(res, y, want) -> torch.Tensor:
+def _mismatches(res, y, want, where) -> torch.Tensor:
     """How many of the outputs differ (0 to 3), summed on the device (no host round trip)."""
     want_x, want_tpe, want_y = want
-    got_x = _placed(res.recv_x, want_tpe)
+    got_x = _placed(res.recv_x, where)
     rows = ((got_x != want_x).any().long() if got_x.shape == want_x.shape
             else torch.ones((), dtype=torch.int64, device=y.device))
     return (res.tokens_per_expert != want_tpe).any().long() + rows + (y != want_y).any().long()
@@ -93,17 +99,20 @@ def _serve(buf: ubep.Buffer, cfg: tuple, back_to_back: int, label: str) -> int:
     """One Buffer's life in the serving sequence; returns the mismatches of its unchecked calls."""
     hidden, experts, top_k, tokens, layout, sync = cfg
     x, idx, w = _inputs(tokens, hidden, experts, top_k, seed=tokens + experts)
-    want = _expected(x, idx, w, experts, layout, tokens)
+    want = _expected(x, idx, w, experts)
     first = buf.dispatch(x, idx, w)
     _check(f"{label} first call", first, buf.combine(first.recv_x, first.handle), want)
-    kept = (first.recv_x.clone(), first)  # compared again after the calls queued behind it
+    where = _positions(first.recv_x, want[1])
+    kept = _placed(first.recv_x, where).clone()  # compared again after the calls queued behind it
     bad = torch.zeros((), dtype=torch.int64, device=x.device)
     for _ in range(back_to_back):  # queued without a host synchronization between them
         res = buf.dispatch(x, idx, w)
-        bad += _mismatches(res, buf.combine(res.recv_x, res.handle), want)
+        bad += _mismatches(res, buf.combine(res.recv_x, res.handle), want, where)
         bad += (buf.combine(first.recv_x, first.handle) != want[2]).any().long()
-    if not torch.equal(kept[1].recv_x, kept[0]):
+        del res
+    if not torch.equal(_placed(first.recv_x, where), kept):
         raise AssertionError(f"{label}: the first dispatch's rows changed while later calls ran")
+    del first, kept
     if layout == "padded" and tokens <= 128:
         graph, captured, captured_y = _captured(buf, x, idx, w)
         for _ in range(20):
@@ -115,7 +124,8 @@ def _serve(buf: ubep.Buffer, cfg: tuple, back_to_back: int, label: str) -> int:
         x2, idx2, w2 = _inputs(tokens, hidden, experts, top_k, seed=seed + 7)
         res = buf.dispatch(x2, idx2, w2)
         _check(f"{label} new routing {seed}", res, buf.combine(res.recv_x, res.handle),
-               _expected(x2, idx2, w2, experts, layout, tokens))
+               _expected(x2, idx2, w2, experts))
+        del res
     buf.synchronize()
     return int(bad)
 
@@ -159,16 +169,16 @@ def two_buffers_case(rank: int, world_size: int, rounds: int) -> None:
         x, idx, w = _inputs(1024 - 37 * r, hidden, experts, top_k, seed=r)
         res = prefill.dispatch(x, idx, w)
         _check(f"round {r} prefill", res, prefill.combine(res.recv_x, res.handle),
-               _expected(x, idx, w, experts, "compact", 1024))
+               _expected(x, idx, w, experts))
         new = _inputs(64, hidden, experts, top_k, seed=100 + r)
         for static, fresh in zip((dx, didx, dw), new, strict=True):
             static.copy_(fresh)
         graph.replay()
         torch.cuda.synchronize()
-        _check(f"round {r} decode graph", step, step_y, _expected(dx, didx, dw, experts, "padded", 64))
+        _check(f"round {r} decode graph", step, step_y, _expected(dx, didx, dw, experts))
         eager = decode.dispatch(dx, didx, dw)
         _check(f"round {r} decode eager", eager, decode.combine(eager.recv_x, eager.handle),
-               _expected(dx, didx, dw, experts, "padded", 64))
+               _expected(dx, didx, dw, experts))
     prefill.destroy()
     decode.destroy()
 
@@ -189,7 +199,8 @@ def destroyed_graph_case(rank: int, world_size: int) -> str:
     graph, captured, captured_y = _captured(buf, x, idx, w)
     graph.replay()
     torch.cuda.synchronize()
-    want_x, want_y = _placed(captured.recv_x, captured.tokens_per_expert).clone(), captured_y.clone()
+    where = _positions(captured.recv_x, captured.tokens_per_expert)
+    want_x, want_y = _placed(captured.recv_x, where).clone(), captured_y.clone()
     buf.destroy()
     try:
         buf.dispatch(x, idx, w)
@@ -199,7 +210,7 @@ def destroyed_graph_case(rank: int, world_size: int) -> str:
     captured_y.zero_()
     graph.replay()  # every rank: the kept memory serves it
     torch.cuda.synchronize()
-    assert torch.equal(_placed(captured.recv_x, captured.tokens_per_expert), want_x)
+    assert torch.equal(_placed(captured.recv_x, where), want_x)
     assert torch.equal(captured_y, want_y)
     live = ubep.Buffer(**common)  # a collective: every rank makes it
     message = ""

@@ -83,7 +83,7 @@ def _zero_padding(recv_ECH: torch.Tensor, tokens_per_expert: torch.Tensor) -> to
 
 
 def _check_equal(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
-    got = got.cpu()
+    got, want = got.cpu(), want.cpu()
     if got.shape != want.shape or got.dtype != want.dtype or not torch.equal(got, want):
         diff = "shape" if got.shape != want.shape else (
             "dtype" if got.dtype != want.dtype else _where_differs(got, want))

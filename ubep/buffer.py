@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
-from ubep import engine_profile
+from ubep import engine_profile, op_ids
 from ubep.backends import collectives
 from ubep.backends.base import Backend, Handle
 from ubep.backends.reference import ReferenceBackend
@@ -216,6 +216,7 @@ class Buffer:
         self._backend: Backend = self._make_backend(name, group)
         from_env = profile is None and engine_profile.requested()
         self._backend.timer.enabled = bool(profile) or from_env
+        self.op_id = op_ids.register(self)  # torch.ops.ubep finds this Buffer by it (ubep.ops)
         if from_env:
             cfg = self.config
             engine_profile.register(f"{name} {cfg.layout} W={cfg.world_size} T_max={cfg.max_tokens_per_rank}",

@@ -29,46 +29,30 @@ static shapes ``[E_local, W * max_tokens_per_rank, H]``.
 
 from __future__ import annotations
 
-import itertools
-import weakref
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from ubep import op_ids
 from ubep.backends import route_tensors
 from ubep.backends.base import Handle
 from ubep.backends.route_tensors import CODECS, HOST_HEADER
 from ubep.buffer import Buffer
 from ubep.config import EPConfig
 
-_ID_ATTR = "_ubep_op_id"
-_BUFFERS: dict[int, weakref.ref] = {}  # op id -> Buffer; ids are never reused
-_NEXT_ID = itertools.count(1)
 
-
-# Under torch.compile the id is found while tracing (a first call registers the Buffer at once, not
-# as a side effect replayed after the trace) and becomes a constant of the graph, guarded on the
-# Buffer.
-@torch.compiler.assume_constant_result
 def op_id(buf: Buffer) -> int:
-    """The op id of ``buf``, given on the first call (a process never reuses one). The registry holds
-    ``buf`` weakly."""
-    found = getattr(buf, _ID_ATTR, None)
-    if found is None:
-        found = next(_NEXT_ID)
-        _BUFFERS[found] = weakref.ref(buf)
-        setattr(buf, _ID_ATTR, found)
-    return found
+    """The op id of ``buf`` (``Buffer.op_id``, taken when it was made)."""
+    return buf.op_id
 
 
 def buffer_of(buffer: int) -> Buffer:
     """The live Buffer of op id ``buffer``; ``RuntimeError`` if it is unknown, collected or
     destroyed."""
-    ref = _BUFFERS.get(buffer)
-    buf = ref() if ref is not None else None
+    buf, given = op_ids.lookup(buffer)
     if buf is None:
-        why = "was never given (ubep.ops.op_id)" if ref is None else "belonged to a Buffer that was deleted"
+        why = "belonged to a Buffer that was deleted" if given else "was never given (ubep.ops.op_id)"
         raise RuntimeError(f"ubep op: no live Buffer has op id {buffer}: the id {why}")
     if buf._backend.destroyed:
         raise RuntimeError(f"ubep op: the Buffer of op id {buffer} was destroyed (Buffer.destroy()); "
@@ -283,7 +267,7 @@ class Dispatched(NamedTuple):
 
 
 def _id(buf: Buffer | int) -> int:
-    return buf if isinstance(buf, int) else op_id(buf)
+    return buf if isinstance(buf, int) else buf.op_id
 
 
 def dispatch(buf: Buffer | int, x: Tensor, topk_idx: Tensor, topk_weights: Tensor) -> Dispatched:
