@@ -82,7 +82,8 @@ KERNEL_INCLUDES = [STRICT, ROOT / "ascend_ops" / "op_kernel", ROOT / "ascend_ops
 
 
 def test_the_kernels_keep_their_address_spaces():
-    """Every GM address in the dispatch, combine and prepare kernels stays ``__gm__``, and no UB
+    """Every GM address in the dispatch, combine, prepare and probe kernels stays ``__gm__``, and no UB
     offset is used as a pointer: the kernels parse without an error in the address-space mode."""
-    assert [k.name for k in KERNELS] == ["combine_kernel.cpp", "dispatch_kernel.cpp", "prepare_kernel.cpp"]
+    assert [k.name for k in KERNELS] == ["combine_kernel.cpp", "dispatch_kernel.cpp", "prepare_kernel.cpp",
+                                         "probe_kernel.cpp"]
     assert address_space_errors(KERNELS, KERNEL_INCLUDES, defines=["UBEP_CPU_TWIN"]) == []

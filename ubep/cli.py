@@ -131,7 +131,21 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
     sim.add_argument("--scenario", default="paper-fig10", help="scenario name, or 'all'")
     sim.add_argument("--out", default="ubep-sim-out", help="folder for tables and figures")
     sim.add_argument("--list", action="store_true", help="list the scenarios and exit")
-    return parser, {"demo": demo, "profile": prof, "simulate": sim}
+    probe = sub.add_parser(
+        "probe", formatter_class=_HelpFormatter,
+        help="test the tear-free 512-byte write that the ascend backend's tff and sp modes assume",
+        description="Spawn W ranks (the ascend backend's CPU twin over gloo, or one NPU each over HCCL "
+        "with --device npu), let half the AIVs of every die write rows of 512-byte blocks into the next "
+        "die's window round after round while the other half load them as a tff receiver does, and "
+        "count the words a load saw older than their block's flag. Exit status 1 if any rank saw one: "
+        "Buffer(sync='tff') and 'sp' are then unsafe on this machine (docs/ASCEND.md).")
+    probe.add_argument("--ranks", type=_positive, default=2, help="number of dies W")
+    probe.add_argument("--device", choices=("cpu", "npu"), default="cpu",
+                       help="cpu: the CPU twin; npu: Ascend NPUs (CANN, torch_npu, the installed package)")
+    probe.add_argument("--rounds", type=_positive, default=2000, help="writes of every probe row")
+    probe.add_argument("--blocks", type=_positive, default=16, help="512-byte blocks per row (at most 32)")
+    probe.add_argument("--timeout", type=float, default=120.0, help="seconds a die may wait for its peer")
+    return parser, {"demo": demo, "profile": prof, "simulate": sim, "probe": probe}
 
 
 def _say_problem(command: str, problem: str) -> int:
@@ -206,11 +220,36 @@ def _simulate(args: argparse.Namespace) -> int:
     return run_simulate(args.scenario, args.out, args.list)
 
 
+def _probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.blocks > 32:
+        parser.error(f"--blocks {args.blocks} must be <= 32 (a probe row fits an AIV's UB)")
+    path = library_path()
+    if path is None or not path.exists():
+        return _say_problem("probe", f"the Ascend operator library is not built: run ./build.sh test "
+                            f"(the CPU twin) or ./build.sh npu, or set {LIB_ENV}")
+    if args.device == "npu" and importlib.util.find_spec("torch_npu") is None:
+        return _say_problem("probe", "--device npu needs torch_npu, which is not installed here")
+    from ubep.backends.ascend_probe import probe_rank
+    from ubep.launch import run_ranks
+
+    results = run_ranks(probe_rank, args.ranks, args.rounds, args.blocks, args.timeout,
+                        pg_backend="hccl" if args.device == "npu" else "gloo",
+                        timeout_s=args.timeout * 2 + 120)
+    for result in results:
+        print(result.line())
+    torn = [r.rank for r in results if r.torn]
+    print(f"ubep probe: {'TORN on ranks ' + str(torn) if torn else 'every block was seen whole'} "
+          f"({args.device}, W={args.ranks}, {args.blocks} blocks x {args.rounds} rounds per row)")
+    return 1 if torn else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser, commands = _parsers()
     args = parser.parse_args(argv)
     if args.command == "simulate":
         return _simulate(args)
+    if args.command == "probe":
+        return _probe(args, commands["probe"])
     run = _demo if args.command == "demo" else _profile
     return run(args, commands[args.command])
 

@@ -67,6 +67,17 @@ def _rank_gpu(rank: int):
     return torch.device("cuda", rank % count)
 
 
+def _set_rank_npu(rank: int) -> None:
+    """The NPU of ``rank`` in an HCCL group (torch_npu), shared in turn as GPUs are."""
+    import torch
+    import torch_npu  # noqa: F401  (registers torch.npu)
+
+    count = torch.npu.device_count()
+    if count == 0:
+        raise RuntimeError(f"rank {rank}: an HCCL process group needs an NPU, and torch_npu sees none")
+    torch.npu.set_device(rank % count)
+
+
 def _rank_main(fn, rank, world_size, args, ports, pg_backend, pg_timeout_s, threads, results):
     import torch
     import torch.distributed as dist
@@ -76,6 +87,8 @@ def _rank_main(fn, rank, world_size, args, ports, pg_backend, pg_timeout_s, thre
         device_id = _rank_gpu(rank) if pg_backend == "nccl" else None
         if device_id is not None:
             torch.cuda.set_device(device_id)
+        if pg_backend == "hccl":
+            _set_rank_npu(rank)
         timeout = timedelta(seconds=pg_timeout_s)
         store = _rendezvous_store(rank, world_size, ports, timeout)
         dist.init_process_group(pg_backend, store=store, rank=rank, world_size=world_size,

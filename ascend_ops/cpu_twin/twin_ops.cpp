@@ -24,6 +24,7 @@ extern "C" void ubep_combine(GM_ADDR rows, GM_ADDR topk_idx, GM_ADDR topk_weight
                              GM_ADDR recv_pair_weights, GM_ADDR recv_pair_base, GM_ADDR recv_counts, GM_ADDR y,
                              GM_ADDR scratch, GM_ADDR workspace, GM_ADDR tiling);
 extern "C" void ubep_prepare(GM_ADDR token, GM_ADDR scratch, GM_ADDR workspace, GM_ADDR tiling);
+extern "C" void ubep_probe(GM_ADDR token, GM_ADDR counts, GM_ADDR scratch, GM_ADDR workspace, GM_ADDR tiling);
 
 namespace ubep_ascend {
 namespace {
@@ -97,6 +98,11 @@ struct TwinLaunch {
     LaunchInGroup(a.group, windows, t, a.attrs.n_workers,
                   [&](GM_ADDR tiling) { ubep_prepare(Gm(a.token), Gm(a.scratch), nullptr, tiling); });
   }
+  static void Probe(const ProbeArgs& a, at::TensorList windows, const EpTiling& t) {
+    LaunchInGroup(a.group, windows, t, a.attrs.n_workers, [&](GM_ADDR tiling) {
+      ubep_probe(Gm(a.token), Gm(a.counts), Gm(a.scratch), nullptr, tiling);
+    });
+  }
 };
 
 auto DispatchCpu(const at::Tensor& x, const at::Tensor& topk_idx, const at::Tensor& topk_weights,
@@ -124,6 +130,14 @@ at::Tensor PrepareCpu(const at::Tensor& token, at::TensorList windows, std::stri
                              dtype, std::string(sync), n_workers, timeout_s);
 }
 
+std::tuple<at::Tensor, at::Tensor> ProbeCpu(const at::Tensor& token, at::TensorList windows, std::string_view group,
+                                            int64_t world, int64_t rank, int64_t hidden, int64_t num_experts,
+                                            int64_t top_k, int64_t max_tokens, at::ScalarType dtype, int64_t n_workers,
+                                            double timeout_s, int64_t rounds, int64_t blocks) {
+  return Probe<TwinLaunch>(token, windows, std::string(group), world, rank, hidden, num_experts, top_k, max_tokens,
+                           dtype, n_workers, timeout_s, rounds, blocks);
+}
+
 // Bytes of one die's mapping: a window of HCCL_BUFFSIZE MB (hccl_buffsize: the variable's value,
 // absent when unset), the size HCCL gives every window of a group on an NPU, and the twin's tables
 // after it (chunk locks, the cross-core publication stamps: cpu_twin/strict/twin/windows.h).
@@ -145,4 +159,5 @@ TORCH_LIBRARY_IMPL(ubep_ascend, CPU, m) {
   m.impl("dispatch", &ubep_ascend::DispatchCpu);
   m.impl("combine", &ubep_ascend::CombineCpu);
   m.impl("prepare", &ubep_ascend::PrepareCpu);
+  m.impl("probe", &ubep_ascend::ProbeCpu);
 }

@@ -1,6 +1,6 @@
 // torch.ops.ubep_ascend: schemas (window tensors marked as mutated), the helpers every device
 // shares, and the Meta (fake) implementations torch.compile traces with. prepare, dispatch and
-// combine return the kernel's status words last (ep_ops.h, StatusOf); status_message turns a host copy
+// combine (and probe) return the kernel's status words last (ep_ops.h, StatusOf); status_message turns a host copy
 // of them into the timeout's message, "" when the call completed. The device implementations
 // register elsewhere: CPU (the twin, cpu_twin/twin_ops.cpp) and PrivateUse1 (the NPU, through the
 // MC2 ops of op_host/mc2/, op_host/npu_ops.cpp, built with CANN only).
@@ -51,6 +51,12 @@ at::Tensor PrepareMeta(const at::Tensor& token, at::TensorList, std::string_view
   return at::empty({STATUS_WORDS}, token.options().dtype(at::kLong));
 }
 
+std::tuple<at::Tensor, at::Tensor> ProbeMeta(const at::Tensor& token, at::TensorList, std::string_view, int64_t,
+                                             int64_t, int64_t, int64_t, int64_t, int64_t, at::ScalarType,
+                                             int64_t n_workers, double, int64_t, int64_t) {
+  return {at::empty({n_workers, 4}, token.options()), at::empty({STATUS_WORDS}, token.options())};
+}
+
 std::tuple<int64_t, int64_t> WorkerSplitOp(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k,
                                            int64_t max_tokens, at::ScalarType dtype, int64_t n_workers) {
   return WorkerSplit(world, hidden, num_experts, top_k, max_tokens, dtype, n_workers);
@@ -88,6 +94,9 @@ TORCH_LIBRARY(ubep_ascend, m) {
   m.def("status_message(Tensor status, int rank, float timeout_s) -> str", &ubep_ascend::StatusMessageOp);
   m.def("prepare(Tensor token, Tensor(a!)[] windows, str group, int world, int rank, int hidden, int num_experts, "
         "int top_k, int max_tokens, ScalarType dtype, str sync, int n_workers, float timeout_s) -> Tensor status");
+  m.def("probe(Tensor token, Tensor(a!)[] windows, str group, int world, int rank, int hidden, int num_experts, "
+        "int top_k, int max_tokens, ScalarType dtype, int n_workers, float timeout_s, int rounds, int blocks) -> "
+        "(Tensor counts, Tensor status)");
   m.def("dispatch(Tensor x, Tensor topk_idx, Tensor topk_weights, Tensor(a!)[] windows, str group, int world, "
         "int rank, int num_experts, int max_tokens, bool padded, str sync, int call_code, int n_workers, "
         "float timeout_s) -> (Tensor recv_x, Tensor recv_weights, Tensor tokens_per_expert, Tensor recv_rows, "
@@ -100,6 +109,7 @@ TORCH_LIBRARY(ubep_ascend, m) {
 
 TORCH_LIBRARY_IMPL(ubep_ascend, Meta, m) {
   m.impl("prepare", &ubep_ascend::PrepareMeta);
+  m.impl("probe", &ubep_ascend::ProbeMeta);
   m.impl("dispatch", &ubep_ascend::DispatchMeta);
   m.impl("combine", &ubep_ascend::CombineMeta);
 }

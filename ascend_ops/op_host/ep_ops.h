@@ -1,7 +1,7 @@
 // The torch ops' bodies, shared by every device: check arguments, compute the call's tiling
-// (DispatchTiling / CombineTiling / PrepareTiling, which the CANN ops' tiling functions compute too),
-// allocate the outputs and the zeroed scratch, launch (Launch::Dispatch / Combine / Prepare: the CPU
-// twin or the NPU's MC2 op), and return a copy of the kernel's status words with the outputs.
+// (DispatchTiling / CombineTiling / PrepareTiling / ProbeTiling, which the CANN ops' tiling functions
+// compute too), allocate the outputs and the zeroed scratch, launch (Launch::Dispatch / Combine /
+// Prepare / Probe: the CPU twin or the NPU's MC2 op), and return a copy of the kernel's status words with the outputs.
 //
 // Nothing here waits for the device: every output has a size the host knows (the compact dispatch
 // its worst case, which the backend narrows), and a kernel's timeout is reported through the status
@@ -20,6 +20,7 @@
 #include <tuple>
 
 #include "hccl_buffer.h"
+#include "op_shapes.h"
 #include "tiling.h"
 
 namespace ubep_ascend {
@@ -28,11 +29,6 @@ inline RowDtype RowDtypeOf(at::ScalarType t) {
   TORCH_CHECK(t == at::kBFloat16 || t == at::kHalf || t == at::kFloat,
               "ubep_ascend: rows must be bf16, fp16 or fp32, got ", t);
   return t == at::kFloat ? ROW_FP32 : (t == at::kHalf ? ROW_FP16 : ROW_BF16);
-}
-
-inline int64_t MaxRecvRows(int64_t world, int64_t num_experts, int64_t top_k, int64_t max_tokens, bool padded) {
-  const int64_t local = num_experts / world;
-  return padded ? local * world * max_tokens : world * max_tokens * (top_k < local ? top_k : local);
 }
 
 // One dispatch call: the kernel's tensors in its parameter order (inputs, then outputs, `scratch`
@@ -101,18 +97,18 @@ DispatchOut Dispatch(
   const int64_t K = topk_idx.size(1), H = x.size(1);
   const EpTiling t = DispatchTiling(a.call, padded, H, K, RowDtypeOf(x.scalar_type()), x.size(0));
   const auto i32 = x.options().dtype(at::kInt), f32 = x.options().dtype(at::kFloat);
-  const int64_t rows = MaxRecvRows(world, num_experts, K, max_tokens, padded);
+  const std::vector<Dims> shape = DispatchShapes(t, padded);
   a.x = x.contiguous();
   a.topk_idx = topk_idx.to(at::kLong).contiguous();
   a.topk_weights = topk_weights.contiguous();
-  a.recv_x = at::zeros({rows, H}, x.options());
-  a.recv_weights = at::zeros({rows}, f32);
-  a.tokens_per_expert = at::zeros({t.local_experts}, x.options().dtype(at::kLong));
-  a.recv_rows = at::full({world, max_tokens, K}, -1, i32);
-  a.recv_pair_weights = at::zeros({world, max_tokens, K}, f32);
-  a.recv_pair_base = at::zeros({world, max_tokens}, i32);
-  a.recv_counts = at::zeros({world, 2}, i32);
-  a.scratch = at::zeros({t.ws_bytes}, x.options().dtype(at::kByte));
+  a.recv_x = at::zeros(shape[0], x.options());
+  a.recv_weights = at::zeros(shape[1], f32);
+  a.tokens_per_expert = at::zeros(shape[2], x.options().dtype(at::kLong));
+  a.recv_rows = at::full(shape[3], -1, i32);
+  a.recv_pair_weights = at::zeros(shape[4], f32);
+  a.recv_pair_base = at::zeros(shape[5], i32);
+  a.recv_counts = at::zeros(shape[6], i32);
+  a.scratch = at::zeros(shape[7], x.options().dtype(at::kByte));
   Launch::Dispatch(a, windows, t);
   return {a.recv_x,         a.recv_weights, a.tokens_per_expert, a.recv_rows, a.recv_pair_weights,
           a.recv_pair_base, a.recv_counts,  StatusOf(a.scratch)};
@@ -150,8 +146,9 @@ std::tuple<at::Tensor, at::Tensor> Combine(
   a.recv_pair_weights = recv_pair_weights.contiguous();
   a.recv_pair_base = recv_pair_base.contiguous();
   a.recv_counts = recv_counts.contiguous();
-  a.y = pairs ? at::zeros({T, K}, rows.options()) : at::zeros({T, hidden}, rows.options());
-  a.scratch = at::zeros({t.ws_bytes}, rows.options().dtype(at::kByte));
+  const std::vector<Dims> shape = CombineShapes(t);
+  a.y = at::zeros(shape[0], rows.options());
+  a.scratch = at::zeros(shape[1], rows.options().dtype(at::kByte));
   Launch::Combine(a, windows, t);
   return {a.y, StatusOf(a.scratch)};
 }
@@ -178,9 +175,41 @@ at::Tensor Prepare(const at::Tensor& token, at::TensorList windows, const std::s
                          timeout_s};
   const EpTiling t = PrepareTiling(a.attrs);
   a.token = token.contiguous();
-  a.scratch = at::zeros({t.ws_bytes}, token.options().dtype(at::kByte));
+  a.scratch = at::zeros(PrepareShapes(t)[0], token.options().dtype(at::kByte));
   Launch::Prepare(a, windows, t);
   return StatusOf(a.scratch);
+}
+
+// The tear-free write probe (probe_kernel.cpp): a preparation for the probe's layer (`attrs`, with its
+// token as in Prepare), then `rounds` writes of rows of `blocks` 512-byte blocks. Returns (counts
+// [n_workers, 4] int64, status): per reading AIV reads, older words, newer words, 0.
+struct ProbeArgs {
+  at::Tensor token, counts, scratch;
+  std::string group;
+  PrepareAttrs attrs;
+  int64_t rounds, blocks;
+};
+
+template <class Launch>
+std::tuple<at::Tensor, at::Tensor> Probe(const at::Tensor& token, at::TensorList windows, const std::string& group,
+                                         int64_t world, int64_t rank, int64_t hidden, int64_t num_experts,
+                                         int64_t top_k, int64_t max_tokens, at::ScalarType dtype, int64_t n_workers,
+                                         double timeout_s, int64_t rounds, int64_t blocks) {
+  TORCH_CHECK(token.scalar_type() == at::kLong && token.dim() == 1 && token.size(0) == 2,
+              "ubep_ascend.probe: token must be [2] int64 (nonce, preparation number)");
+  ProbeArgs a;
+  a.group = group;
+  a.attrs = PrepareAttrs{world, rank, hidden, num_experts, top_k, max_tokens, RowDtypeOf(dtype), "sw", n_workers,
+                         timeout_s};
+  a.rounds = rounds;
+  a.blocks = blocks;
+  const EpTiling t = ProbeTiling(a.attrs, rounds, blocks);
+  const std::vector<Dims> shape = ProbeShapes(t, n_workers);
+  a.token = token.contiguous();
+  a.counts = at::zeros(shape[0], token.options());
+  a.scratch = at::zeros(shape[1], token.options().dtype(at::kByte));
+  Launch::Probe(a, windows, t);
+  return {a.counts, StatusOf(a.scratch)};
 }
 
 inline std::tuple<int64_t, int64_t> WorkerSplit(int64_t world, int64_t hidden, int64_t num_experts, int64_t top_k,

@@ -1,6 +1,6 @@
 // The NPU (PrivateUse1) implementation of torch.ops.ubep_ascend, built only with CANN and torch_npu:
-// the op bodies of ep_ops.h running the MC2 ops UbepDispatch / UbepCombine / UbepPrepare through the
-// package's public aclnn API (mc2/aclnn_ubep.h), the way vllm-ascend's EXEC_NPU_CMD runs aclnn ops
+// the op bodies of ep_ops.h running the MC2 ops UbepDispatch / UbepCombine / UbepPrepare / UbepProbe
+// through the package's public aclnn API (mc2/aclnn_ubep.h), the way vllm-ascend's EXEC_NPU_CMD runs aclnn ops
 // (csrc/aclnn_torch_adapter/op_api_common.h): the functions found in the installed package's
 // libcust_opapi.so, GetWorkspaceSize (the op's host tiling) on the calling thread, the launch an
 // at_npu::native::OpCommand custom handler in torch_npu's task queue, never on the raw stream (the
@@ -187,6 +187,19 @@ struct NpuLaunch {
                       executor);
     }, run);
   }
+
+  static void Probe(const ProbeArgs& a, at::TensorList windows, const EpTiling&) {
+    NoWindows(windows);
+    static const auto get_size = OpApi<decltype(&aclnnUbepProbeGetWorkspaceSize)>("aclnnUbepProbeGetWorkspaceSize");
+    static const auto run = OpApi<AclnnRun>("aclnnUbepProbe");
+    auto args = std::make_shared<AclArgs>(std::vector<at::Tensor>{a.token, a.counts, a.scratch});
+    const PrepareAttrs& p = a.attrs;
+    Launch("aclnnUbepProbe", a.token, args, [&](const AclArgs& t, uint64_t* bytes, aclOpExecutor** executor) {
+      return get_size(t[0], a.group.c_str(), p.world, p.rank, p.hidden, p.num_experts, p.top_k, p.max_tokens,
+                      static_cast<int64_t>(p.dtype), p.n_workers, p.timeout_s, a.rounds, a.blocks, t[1], t[2], bytes,
+                      executor);
+    }, run);
+  }
 };
 
 // Outputs and the stream on the inputs' NPU (ops-transformer torch_extension moe_init_routing.cpp).
@@ -218,6 +231,15 @@ at::Tensor PrepareNpu(const at::Tensor& token, at::TensorList windows, std::stri
                             dtype, std::string(sync), n_workers, timeout_s);
 }
 
+std::tuple<at::Tensor, at::Tensor> ProbeNpu(const at::Tensor& token, at::TensorList windows, std::string_view group,
+                                            int64_t world, int64_t rank, int64_t hidden, int64_t num_experts,
+                                            int64_t top_k, int64_t max_tokens, at::ScalarType dtype, int64_t n_workers,
+                                            double timeout_s, int64_t rounds, int64_t blocks) {
+  const c10::OptionalDeviceGuard guard(token.device());
+  return Probe<NpuLaunch>(token, windows, std::string(group), world, rank, hidden, num_experts, top_k, max_tokens,
+                          dtype, n_workers, timeout_s, rounds, blocks);
+}
+
 }  // namespace
 }  // namespace ubep_ascend
 
@@ -225,4 +247,5 @@ TORCH_LIBRARY_IMPL(ubep_ascend, PrivateUse1, m) {
   m.impl("dispatch", &ubep_ascend::DispatchNpu);
   m.impl("combine", &ubep_ascend::CombineNpu);
   m.impl("prepare", &ubep_ascend::PrepareNpu);
+  m.impl("probe", &ubep_ascend::ProbeNpu);
 }

@@ -157,6 +157,27 @@ inline EpTiling PrepareTiling(const PrepareAttrs& p) {
   return t;
 }
 
+// The probe of the tear-free 512-byte write (probe_kernel.cpp): a preparation for the probe's layer
+// (`prepare`: the caller's choice; its slot 0 must hold a row of `blocks` blocks for each writing
+// AIV, n_workers / 2), then `rounds` writes of every row.
+inline EpTiling ProbeTiling(const PrepareAttrs& prepare, int64_t rounds, int64_t blocks) {
+  if (prepare.n_workers < 2) {
+    throw std::invalid_argument("ubep_ascend.probe: n_workers must be >= 2 (writers and readers)");
+  }
+  if (rounds < 1 || rounds > INT32_MAX) throw std::invalid_argument("ubep_ascend.probe: rounds must be in [1, 2^31)");
+  if (blocks < 1 || blocks > PROBE_MAX_BLOCKS) {
+    throw std::invalid_argument("ubep_ascend.probe: blocks must be in [1, " + std::to_string(PROBE_MAX_BLOCKS) + "]");
+  }
+  EpTiling t = PrepareTiling(prepare);
+  if (prepare.n_workers / 2 * blocks * BLOCK_BYTES > t.slot_bytes) {
+    throw std::invalid_argument("ubep_ascend.probe: the probe's layer has a slot of " + std::to_string(t.slot_bytes) +
+                                " bytes, too small for its rows");
+  }
+  t.probe_rounds = rounds;
+  t.probe_blocks = blocks;
+  return t;
+}
+
 // A dispatch of num_tokens rows of [hidden] `dtype`, top_k experts each, on n_workers AIVs.
 inline EpTiling DispatchTiling(const CallAttrs& c, bool padded, int64_t hidden, int64_t top_k, RowDtype dtype,
                                int64_t num_tokens) {
@@ -196,6 +217,7 @@ inline std::string PhaseName(int64_t phase, int64_t peer) {
     case PHASE_RETURN: return "combine: wait for returned rows" + from;
     case PHASE_ARRIVE: return "prepare: wait for rank " + std::to_string(peer) + " to arrive";
     case PHASE_READY: return "prepare: wait for rank " + std::to_string(peer) + " to fill its window";
+    case PHASE_PROBE: return "probe: wait for the last round of rank " + std::to_string(peer) + "'s blocks";
     default: return "unknown phase " + std::to_string(phase);
   }
 }

@@ -29,6 +29,7 @@ constexpr int64_t COUNTER_STRIDE = 32;  // one int32 counter per 32-byte unit (D
 constexpr int64_t TOKEN_STRIDE = 32;    // a header entry: u64 nonce, u64 epoch, 16 bytes of 0
 constexpr int64_t MAX_AIVS = 64;        // call counters in the header: the most AIVs a launch may have
 constexpr int64_t CALL_NUMBER_BITS = 40;  // a call's number, below its code (ubep/backends/base.py)
+constexpr int64_t PROBE_MAX_BLOCKS = 32;  // blocks of a probe row (probe_kernel.cpp)
 constexpr uint64_t CALL_NUMBER_MASK = (uint64_t{1} << CALL_NUMBER_BITS) - 1;
 
 // The header's two areas: the preparation's arrival tokens, then its ready tokens.
@@ -50,6 +51,7 @@ enum Phase : int64_t {
   PHASE_RETURN = 6,       // combine: returned rows from a peer
   PHASE_ARRIVE = 7,       // prepare: a peer's arrival token
   PHASE_READY = 8,        // prepare: a peer's ready token (its window filled)
+  PHASE_PROBE = 9,        // probe: a peer's last round of probe blocks
 };
 
 struct EpTiling {
@@ -69,6 +71,7 @@ struct EpTiling {
   int64_t n_count, n_token;  // dispatch: count group AIVs [0, n_count), token group after them
   int64_t dies_per_npu, dies_per_board;  // the fabric's hop classes, for the token group's mapper
   int64_t timeout_cycles;
+  int64_t probe_rounds, probe_blocks;  // probe: writes of each probe row, 512-byte blocks per row
   // geometry
   int64_t route_bytes;    // per dispatch row: pair base, K local experts, K orders, K weights
   int64_t disp_hidden;    // dispatch wire row in elements: token row + route, rounded to 16 bytes

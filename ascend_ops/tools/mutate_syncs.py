@@ -36,10 +36,13 @@ CALL = re.compile(r"(?:AscendC::)?(?:Sync<HardEvent::\w+>\(\)|PipeBarrier<PIPE_\
                   r"SyncAll(?:<\w+>)?\(\)|DataCacheCleanAndInvalid<[^;]*?>\([^;]*?\)|(?:SetFlag|WaitFlag)<[^;]*?>\([^;]*?\)|"
                   r"\w+\.(?:EnQue|DeQue)(?:<\w+>)?\([^;]*?\))")
 # W = 2 in four rounds of modes and W = 8 (more dies than AIVs: every AIV serves several peers), a
-# routing longer than one UB window (reloads), a preparation while a late die still writes, and one
-# while an AIV of a die fills far behind the others.
-DEFAULT_CHECK = ("{python} -m pytest -x -q -p no:cacheprovider tests/test_ascend.py -k '(test_matches_oracle "
-                 "and (2-4 or 8-1)) or longer_than_one_ub_window or waits_for_a_late_die or every_aiv'")
+# routing longer than one UB window (reloads), a preparation while a late die still writes, one
+# while an AIV of a die fills far behind the others, and the tear-free write probe (its own rows and
+# a probe while an AIV fills late).
+DEFAULT_CHECK = ("{python} -m pytest -x -q -p no:cacheprovider tests/test_ascend.py "
+                 "tests/test_ascend_probe.py -k '(test_matches_oracle and (2-4 or 8-1)) or "
+                 "longer_than_one_ub_window or waits_for_a_late_die or every_aiv or "
+                 "(layer_survives_the_probe and 4) or no_writer_starts'")
 COPIED = ("ascend_ops", "scheduler", "ubep", "tests", "CMakeLists.txt", "pyproject.toml")
 
 

@@ -40,6 +40,13 @@ aclnnStatus aclnnInnerUbepPrepareGetWorkspaceSize(
 aclnnStatus aclnnInnerUbepPrepare(void* workspace, uint64_t workspace_size, aclOpExecutor* executor,
                                   aclrtStream stream);
 
+aclnnStatus aclnnInnerUbepProbeGetWorkspaceSize(
+    const aclTensor* token, const char* group, int64_t world, int64_t rank, int64_t hidden, int64_t num_experts,
+    int64_t top_k, int64_t max_tokens, int64_t dtype, int64_t n_workers, double timeout_s, int64_t rounds,
+    int64_t blocks, aclTensor* counts, aclTensor* scratch, uint64_t* workspace_size, aclOpExecutor** executor);
+aclnnStatus aclnnInnerUbepProbe(void* workspace, uint64_t workspace_size, aclOpExecutor* executor,
+                                aclrtStream stream);
+
 static void UseMte(aclOpExecutor* executor) {
   if (NnopbaseSetHcclServerType) NnopbaseSetHcclServerType(executor, NNOPBASE_HCCL_SERVER_TYPE_MTE);
 }
@@ -92,6 +99,20 @@ aclnnStatus aclnnUbepPrepare(void* workspace, uint64_t workspace_size, aclOpExec
                              aclrtStream stream) {
   UseMte(executor);
   return aclnnInnerUbepPrepare(workspace, workspace_size, executor, stream);
+}
+
+aclnnStatus aclnnUbepProbeGetWorkspaceSize(
+    const aclTensor* token, const char* group, int64_t world, int64_t rank, int64_t hidden, int64_t num_experts,
+    int64_t top_k, int64_t max_tokens, int64_t dtype, int64_t n_workers, double timeout_s, int64_t rounds,
+    int64_t blocks, aclTensor* counts, aclTensor* scratch, uint64_t* workspace_size, aclOpExecutor** executor) {
+  return aclnnInnerUbepProbeGetWorkspaceSize(token, group, world, rank, hidden, num_experts, top_k, max_tokens, dtype,
+                                             n_workers, timeout_s, rounds, blocks, counts, scratch, workspace_size,
+                                             executor);
+}
+
+aclnnStatus aclnnUbepProbe(void* workspace, uint64_t workspace_size, aclOpExecutor* executor, aclrtStream stream) {
+  UseMte(executor);
+  return aclnnInnerUbepProbe(workspace, workspace_size, executor, stream);
 }
 
 }  // extern "C"

@@ -43,6 +43,13 @@ ACLNN_API aclnnStatus aclnnUbepPrepareGetWorkspaceSize(
 ACLNN_API aclnnStatus aclnnUbepPrepare(void* workspace, uint64_t workspace_size, aclOpExecutor* executor,
                                       aclrtStream stream);
 
+ACLNN_API aclnnStatus aclnnUbepProbeGetWorkspaceSize(
+    const aclTensor* token, const char* group, int64_t world, int64_t rank, int64_t hidden, int64_t num_experts,
+    int64_t top_k, int64_t max_tokens, int64_t dtype, int64_t n_workers, double timeout_s, int64_t rounds,
+    int64_t blocks, aclTensor* counts, aclTensor* scratch, uint64_t* workspace_size, aclOpExecutor** executor);
+ACLNN_API aclnnStatus aclnnUbepProbe(void* workspace, uint64_t workspace_size, aclOpExecutor* executor,
+                                    aclrtStream stream);
+
 #ifdef __cplusplus
 }
 #endif

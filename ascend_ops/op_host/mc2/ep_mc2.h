@@ -1,7 +1,7 @@
-// What the MC2 ops UbepDispatch, UbepCombine and UbepPrepare share (CANN only, never compiled):
-// their dtype columns, AI Core configuration and (empty) shape inference, and for their host tiling
-// functions: read the attributes, refuse a window that HCCL_BUFFSIZE does not hold, and save the op's
-// tiling (EpOpTiling, op_tiling.h: HCCL's Mc2InitTiling / Mc2CcTiling for the op's group, then the
+// What the MC2 ops UbepDispatch, UbepCombine, UbepPrepare and UbepProbe share (CANN only, never
+// compiled): their dtype columns, AI Core configuration and shape inference, and for their host
+// tiling functions: read the attributes, refuse a window that HCCL_BUFFSIZE does not hold, and save
+// the op's tiling (EpOpTiling, op_tiling.h: HCCL's Mc2InitTiling / Mc2CcTiling for the op's group, then the
 // EpTiling of tiling.h), AIV count and workspace.
 #pragma once
 
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hccl_buffer.h"
+#include "op_shapes.h"
 #include "op_tiling.h"
 #include "register/op_def_registry.h"
 #include "tiling/platform/platform_ascendc.h"
@@ -45,23 +46,20 @@ inline ops::OpAICoreConfig AiCoreConfig() {
   return config;
 }
 
-// Empty shape and dtype inference, as vllm-ascend registers for its MC2 op (dispatch_ffn_combine_proto.cpp,
-// there with IMPL_OP_INFERSHAPE; here through the OpDef, as the CANN custom-op samples do): eager aclnn
-// calls get their outputs from the caller; a GE graph would need real ones (docs/ASCEND.md,
-// "Communication the MC2 way").
-inline ge::graphStatus InferShapeNone(gert::InferShapeContext*) { return ge::GRAPH_SUCCESS; }
-inline ge::graphStatus InferDataTypeNone(gert::InferDataTypeContext*) { return ge::GRAPH_SUCCESS; }
-
-// Attribute i of the op, in the order its OpDef declares them.
-template <typename T>
-inline T Attr(const gert::TilingContext* ctx, size_t i) {
-  return *ctx->GetAttrs()->GetAttrPointer<T>(i);
+// Attribute i of the op, in the order its OpDef declares them (tiling and shape inference alike).
+template <typename T, class Context>
+inline T Attr(const Context* ctx, size_t i) {
+  return *ctx->GetAttrs()->template GetAttrPointer<T>(i);
 }
-inline const char* StrAttr(const gert::TilingContext* ctx, size_t i) {
-  return ctx->GetAttrs()->GetAttrPointer<char>(i);
+template <class Context>
+inline const char* StrAttr(const Context* ctx, size_t i) {
+  return ctx->GetAttrs()->template GetAttrPointer<char>(i);
 }
 inline int64_t InputDim(const gert::TilingContext* ctx, size_t input, size_t dim) {
   return ctx->GetInputShape(input)->GetStorageShape().GetDim(dim);
+}
+inline int64_t InputDim(const gert::InferShapeContext* ctx, size_t input, size_t dim) {
+  return ctx->GetInputShape(input)->GetDim(dim);
 }
 
 inline RowDtype RowDtypeOf(ge::DataType t) {
@@ -72,6 +70,35 @@ inline RowDtype RowDtypeOf(ge::DataType t) {
 inline ge::graphStatus Fail(const char* op, const std::string& why) {
   std::fprintf(stderr, "ubep_ascend %s: %s\n", op, why.c_str());
   return ge::GRAPH_FAILED;
+}
+
+// Shape inference, for GE graphs (torchair): the outputs' shapes (op_shapes.h) of the call's tiling,
+// as the torch ops allocate them; make_shapes() may throw std::invalid_argument, as the tiling.
+template <class MakeShapes>
+ge::graphStatus InferShapes(gert::InferShapeContext* ctx, const char* op, MakeShapes make_shapes) {
+  std::vector<Dims> shapes;
+  try {
+    shapes = make_shapes();
+  } catch (const std::exception& e) {
+    return Fail(op, e.what());
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    gert::Shape* out = ctx->GetOutputShape(i);
+    if (out == nullptr) return Fail(op, "no output shape " + std::to_string(i));
+    out->SetDimNum(shapes[i].size());
+    for (size_t d = 0; d < shapes[i].size(); ++d) out->SetDim(d, shapes[i][d]);
+  }
+  return ge::GRAPH_SUCCESS;
+}
+
+// Output dtypes: `dtypes` in output order, where ge::DT_UNDEFINED means "that of input `like`".
+inline ge::graphStatus InferDataTypes(gert::InferDataTypeContext* ctx, size_t like,
+                                      const std::vector<ge::DataType>& dtypes) {
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    const ge::DataType t = dtypes[i] == ge::DT_UNDEFINED ? ctx->GetInputDataType(like) : dtypes[i];
+    if (ctx->SetOutputDataType(i, t) != ge::GRAPH_SUCCESS) return ge::GRAPH_FAILED;
+  }
+  return ge::GRAPH_SUCCESS;
 }
 
 // The tiling of the call (make_tiling() may throw std::invalid_argument), checked against

@@ -12,15 +12,28 @@ enum CombineAttr : size_t {
 };
 enum CombineInput : size_t { ROWS, TOPK_IDX, TOPK_WEIGHTS, RECV_ROWS };
 
-ge::graphStatus CombineTilingFunc(gert::TilingContext* ctx) {
+template <class Context>
+EpTiling TilingOf(const Context* ctx) {
   const CallAttrs c{Attr<int64_t>(ctx, WORLD),        Attr<int64_t>(ctx, RANK),  Attr<int64_t>(ctx, NUM_EXPERTS),
                     InputDim(ctx, RECV_ROWS, 1),      StrAttr(ctx, SYNC),        Attr<int64_t>(ctx, EPOCH),
                     Attr<int64_t>(ctx, N_WORKERS),    Attr<float>(ctx, TIMEOUT_S)};
-  return SaveTiling(ctx, "UbepCombine", StrAttr(ctx, GROUP), c.n_workers, [&] {
-    return CombineTiling(c, Attr<int64_t>(ctx, HIDDEN), InputDim(ctx, TOPK_IDX, 1),
-                         static_cast<RowDtype>(Attr<int64_t>(ctx, DTYPE)), InputDim(ctx, TOPK_IDX, 0),
-                         ReduceOf(StrAttr(ctx, REDUCE)), Attr<bool>(ctx, WEIGHTED));
-  });
+  return CombineTiling(c, Attr<int64_t>(ctx, HIDDEN), InputDim(ctx, TOPK_IDX, 1),
+                       static_cast<RowDtype>(Attr<int64_t>(ctx, DTYPE)), InputDim(ctx, TOPK_IDX, 0),
+                       ReduceOf(StrAttr(ctx, REDUCE)), Attr<bool>(ctx, WEIGHTED));
+}
+
+ge::graphStatus CombineTilingFunc(gert::TilingContext* ctx) {
+  return SaveTiling(ctx, "UbepCombine", StrAttr(ctx, GROUP), Attr<int64_t>(ctx, N_WORKERS),
+                    [&] { return TilingOf(ctx); });
+}
+
+ge::graphStatus CombineInferShape(gert::InferShapeContext* ctx) {
+  return InferShapes(ctx, "UbepCombine", [&] { return CombineShapes(TilingOf(ctx)); });
+}
+
+// y as the rows.
+ge::graphStatus CombineInferDataType(gert::InferDataTypeContext* ctx) {
+  return InferDataTypes(ctx, ROWS, {ge::DT_UNDEFINED, ge::DT_UINT8});
 }
 
 }  // namespace
@@ -56,7 +69,8 @@ class UbepCombine : public OpDef {
     this->Attr("n_workers").AttrType(REQUIRED).Int();
     this->Attr("timeout_s").AttrType(REQUIRED).Float();
     this->AICore().SetTiling(ubep_ascend::mc2::CombineTilingFunc);
-    this->SetInferShape(ubep_ascend::mc2::InferShapeNone).SetInferDataType(ubep_ascend::mc2::InferDataTypeNone);
+    this->SetInferShape(ubep_ascend::mc2::CombineInferShape)
+        .SetInferDataType(ubep_ascend::mc2::CombineInferDataType);
     OpAICoreConfig config = ubep_ascend::mc2::AiCoreConfig();  // AddConfig takes it by non-const reference
     this->AICore().AddConfig("ascend910_93", config);
     this->MC2().HcclGroup("group");

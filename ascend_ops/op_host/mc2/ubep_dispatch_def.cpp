@@ -10,14 +10,28 @@ namespace {
 enum DispatchAttr : size_t { GROUP, WORLD, RANK, NUM_EXPERTS, MAX_TOKENS, PADDED, SYNC, EPOCH, N_WORKERS, TIMEOUT_S };
 enum DispatchInput : size_t { X, TOPK_IDX };
 
-ge::graphStatus DispatchTilingFunc(gert::TilingContext* ctx) {
+template <class Context>
+EpTiling TilingOf(const Context* ctx) {
   const CallAttrs c{Attr<int64_t>(ctx, WORLD),      Attr<int64_t>(ctx, RANK),      Attr<int64_t>(ctx, NUM_EXPERTS),
                     Attr<int64_t>(ctx, MAX_TOKENS), StrAttr(ctx, SYNC),            Attr<int64_t>(ctx, EPOCH),
                     Attr<int64_t>(ctx, N_WORKERS),  Attr<float>(ctx, TIMEOUT_S)};
-  return SaveTiling(ctx, "UbepDispatch", StrAttr(ctx, GROUP), c.n_workers, [&] {
-    return DispatchTiling(c, Attr<bool>(ctx, PADDED), InputDim(ctx, X, 1), InputDim(ctx, TOPK_IDX, 1),
-                          RowDtypeOf(ctx->GetInputDesc(X)->GetDataType()), InputDim(ctx, X, 0));
-  });
+  return DispatchTiling(c, Attr<bool>(ctx, PADDED), InputDim(ctx, X, 1), InputDim(ctx, TOPK_IDX, 1),
+                        RowDtypeOf(ctx->GetInputDesc(X)->GetDataType()), InputDim(ctx, X, 0));
+}
+
+ge::graphStatus DispatchTilingFunc(gert::TilingContext* ctx) {
+  return SaveTiling(ctx, "UbepDispatch", StrAttr(ctx, GROUP), Attr<int64_t>(ctx, N_WORKERS),
+                    [&] { return TilingOf(ctx); });
+}
+
+ge::graphStatus DispatchInferShape(gert::InferShapeContext* ctx) {
+  return InferShapes(ctx, "UbepDispatch", [&] { return DispatchShapes(TilingOf(ctx), Attr<bool>(ctx, PADDED)); });
+}
+
+// recv_x as x; the routing outputs' own dtypes.
+ge::graphStatus DispatchInferDataType(gert::InferDataTypeContext* ctx) {
+  return InferDataTypes(ctx, X, {ge::DT_UNDEFINED, ge::DT_FLOAT, ge::DT_INT64, ge::DT_INT32, ge::DT_FLOAT,
+                                 ge::DT_INT32, ge::DT_INT32, ge::DT_UINT8});
 }
 
 }  // namespace
@@ -53,7 +67,8 @@ class UbepDispatch : public OpDef {
     this->Attr("n_workers").AttrType(REQUIRED).Int();
     this->Attr("timeout_s").AttrType(REQUIRED).Float();
     this->AICore().SetTiling(ubep_ascend::mc2::DispatchTilingFunc);
-    this->SetInferShape(ubep_ascend::mc2::InferShapeNone).SetInferDataType(ubep_ascend::mc2::InferDataTypeNone);
+    this->SetInferShape(ubep_ascend::mc2::DispatchInferShape)
+        .SetInferDataType(ubep_ascend::mc2::DispatchInferDataType);
     OpAICoreConfig config = ubep_ascend::mc2::AiCoreConfig();  // AddConfig takes it by non-const reference
     this->AICore().AddConfig("ascend910_93", config);
     this->MC2().HcclGroup("group");

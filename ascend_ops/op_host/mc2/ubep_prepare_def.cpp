@@ -12,13 +12,27 @@ enum PrepareAttr : size_t {
   GROUP, WORLD, RANK, HIDDEN, NUM_EXPERTS, TOP_K, MAX_TOKENS, DTYPE, SYNC, N_WORKERS, TIMEOUT_S
 };
 
-ge::graphStatus PrepareTilingFunc(gert::TilingContext* ctx) {
+template <class Context>
+EpTiling TilingOf(const Context* ctx) {
   const PrepareAttrs p{Attr<int64_t>(ctx, WORLD),       Attr<int64_t>(ctx, RANK),
                        Attr<int64_t>(ctx, HIDDEN),      Attr<int64_t>(ctx, NUM_EXPERTS),
                        Attr<int64_t>(ctx, TOP_K),       Attr<int64_t>(ctx, MAX_TOKENS),
                        static_cast<RowDtype>(Attr<int64_t>(ctx, DTYPE)), StrAttr(ctx, SYNC),
                        Attr<int64_t>(ctx, N_WORKERS),   Attr<float>(ctx, TIMEOUT_S)};
-  return SaveTiling(ctx, "UbepPrepare", StrAttr(ctx, GROUP), p.n_workers, [&] { return PrepareTiling(p); });
+  return PrepareTiling(p);
+}
+
+ge::graphStatus PrepareTilingFunc(gert::TilingContext* ctx) {
+  return SaveTiling(ctx, "UbepPrepare", StrAttr(ctx, GROUP), Attr<int64_t>(ctx, N_WORKERS),
+                    [&] { return TilingOf(ctx); });
+}
+
+ge::graphStatus PrepareInferShape(gert::InferShapeContext* ctx) {
+  return InferShapes(ctx, "UbepPrepare", [&] { return PrepareShapes(TilingOf(ctx)); });
+}
+
+ge::graphStatus PrepareInferDataType(gert::InferDataTypeContext* ctx) {
+  return InferDataTypes(ctx, 0, {ge::DT_UINT8});
 }
 
 }  // namespace
@@ -45,7 +59,8 @@ class UbepPrepare : public OpDef {
     this->Attr("n_workers").AttrType(REQUIRED).Int();
     this->Attr("timeout_s").AttrType(REQUIRED).Float();
     this->AICore().SetTiling(ubep_ascend::mc2::PrepareTilingFunc);
-    this->SetInferShape(ubep_ascend::mc2::InferShapeNone).SetInferDataType(ubep_ascend::mc2::InferDataTypeNone);
+    this->SetInferShape(ubep_ascend::mc2::PrepareInferShape)
+        .SetInferDataType(ubep_ascend::mc2::PrepareInferDataType);
     OpAICoreConfig config = ubep_ascend::mc2::AiCoreConfig();  // AddConfig takes it by non-const reference
     this->AICore().AddConfig("ascend910_93", config);
     this->MC2().HcclGroup("group");

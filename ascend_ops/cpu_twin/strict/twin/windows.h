@@ -12,6 +12,10 @@
 //   reorders AIVs and dies far more than scheduling alone does.
 // - UBEP_TWIN_SLOW_AIV=die:aiv:us makes every window copy of that one AIV of that die sleep us
 //   first: one AIV far behind the others of its die, which even jitter rarely produces.
+// - UBEP_TWIN_PIECE=bytes:us breaks the 512-byte assumption on purpose: window copies move in
+//   pieces of `bytes` (64, 128 or 256: the documented 128 / 256-byte moves, or a cache line), each
+//   seen whole, pieces in address order with `us` microseconds between them, so that a reader may see
+//   a block's head before its tail (`ubep probe` then finds older words; sw must stay exact).
 // - Beside the lock table, each mapping holds the tables of the cross-core publication check
 //   (xcore.h): who last wrote each 32-byte granule of the window, by MTE3, and under which fence.
 #pragma once
@@ -114,6 +118,36 @@ inline const SlowAiv& slow_aiv() {
   return slow;
 }
 
+struct Piece {
+  int64_t bytes = GM_TRANSACTION, us = 0;
+};
+
+inline const Piece& piece() {
+  static const Piece p = [] {
+    Piece q;
+    const char* v = std::getenv("UBEP_TWIN_PIECE");
+    if (v) {
+      char* end = nullptr;
+      q.bytes = std::strtoll(v, &end, 10);
+      if (*end == ':') q.us = std::strtoll(end + 1, &end, 10);
+      if (q.bytes != 64 && q.bytes != 128 && q.bytes != 256 && q.bytes != GM_TRANSACTION) {
+        Fail("UBEP_TWIN_PIECE: the piece must be 64, 128, 256 or 512 bytes, got '" + std::string(v) + "'");
+      }
+    }
+    return q;
+  }();
+  return p;
+}
+
+// The length of the piece at `p` of a copy with `left` bytes to go (`done` already moved): to the end
+// of its 512-byte chunk, or of UBEP_TWIN_PIECE's piece in a window, after that knob's gap.
+inline int64_t piece_bytes(const uint8_t* p, int64_t left, bool window, int64_t done) {
+  const Piece& cut = piece();
+  const int64_t step = window ? cut.bytes : GM_TRANSACTION;
+  if (window && done > 0 && cut.us > 0) std::this_thread::sleep_for(std::chrono::microseconds(cut.us));
+  return std::min<int64_t>(left, step - static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % step));
+}
+
 // The delays a copy of GM at `gm` takes before it starts, where it touches a window (the knobs above).
 inline void before_window_copy(const uint8_t* gm) {
   if (!chunk_lock(gm)) return;
@@ -124,14 +158,14 @@ inline void before_window_copy(const uint8_t* gm) {
   }
 }
 
-// Copies chunk by chunk (512-byte aligned pieces of the GM side `gm`), each under its lock.
+// Copies piece by piece (piece_bytes: 512-byte aligned chunks of the GM side `gm`), each under its
+// chunk's lock.
 inline void gm_copy(uint8_t* dst, const uint8_t* src, int64_t n, const uint8_t* gm) {
   before_window_copy(gm);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int64_t i = 0; i < n;) {
-    const int64_t in_chunk = static_cast<int64_t>(reinterpret_cast<uintptr_t>(gm + i) % GM_TRANSACTION);
-    const int64_t len = std::min<int64_t>(n - i, GM_TRANSACTION - in_chunk);
     uint32_t* l = chunk_lock(gm + i);
+    const int64_t len = piece_bytes(gm + i, n - i, l != nullptr, i);
     if (l) lock(l);
     std::memcpy(dst + i, src + i, len);
     if (l) unlock(l);

@@ -333,16 +333,15 @@ class Publication {
 
 // ---- GM copies that stamp and collect ----
 
-// body(i, len, region) for each piece of GM [gm, gm + n) inside one 512-byte chunk, in address
-// order, under the chunk's lock (a window's, or the process table's stripe).
+// body(i, len, region) for each piece of GM [gm, gm + n) (piece_bytes: inside one 512-byte chunk),
+// in address order, under the chunk's lock (a window's, or the process table's stripe).
 template <class Body>
 void GmPieces(const uint8_t* gm, int64_t n, Body body) {
   before_window_copy(gm);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int64_t i = 0; i < n;) {
-    const int64_t in_chunk = static_cast<int64_t>(reinterpret_cast<uintptr_t>(gm + i) % GM_TRANSACTION);
-    const int64_t len = std::min<int64_t>(n - i, GM_TRANSACTION - in_chunk);
     const int region = RegionOf(gm + i);
+    const int64_t len = piece_bytes(gm + i, n - i, region >= 0, i);
     uint32_t* l = region >= 0 ? chunk_lock(gm + i) : LocalStamps::Get().Lock(gm + i);
     lock(l);
     body(i, len, region);
