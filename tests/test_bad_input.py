@@ -62,18 +62,18 @@ def test_value_checks_are_skipped_while_a_graph_is_captured(single_rank_group, m
                          max_tokens_per_rank=T, dtype=torch.bfloat16, layout="padded")
     x, idx, w = _inputs()
     out_of_range = torch.where(idx == 3, E, idx)
-    monkeypatch.setattr(ubep.buffer, "_capturing", lambda t: True)
+    monkeypatch.setattr(ubep.buffer, "graph_capturing", lambda t: True)
     padded._check_dispatch(x, out_of_range, w)  # a capture cannot read the values back
     with pytest.raises(TypeError, match="topk_idx must have dtype"):  # the rest is still checked
         padded._check_dispatch(x, out_of_range.float(), w)
-    monkeypatch.setattr(ubep.buffer, "_capturing", lambda t: False)
+    monkeypatch.setattr(ubep.buffer, "graph_capturing", lambda t: False)
     with pytest.raises(ValueError, match="topk_idx values must be in"):
         padded._check_dispatch(x, out_of_range, w)
 
 
 def test_a_compact_dispatch_refuses_a_graph_capture(buf, monkeypatch):
     """Its host reads the output's size: inside a capture it raises before any communication."""
-    monkeypatch.setattr(ubep.buffer, "_capturing", lambda t: True)
+    monkeypatch.setattr(ubep.buffer, "graph_capturing", lambda t: True)
     with pytest.raises(RuntimeError, match="layout='compact' cannot be captured"):
         buf.dispatch(*_inputs())
 

@@ -23,6 +23,8 @@ from types import ModuleType, SimpleNamespace
 import pytest
 import torch
 
+import ubep.backends.reference
+import ubep.buffer
 from tests.vllm_ascend_workers import QuantParams, RoutingParams, Scenario, Step, TokenDispatchInput, flow
 from ubep.backends.ascend_library import library_path
 from ubep.integrations.vllm_ascend import conformance, plugin
@@ -121,14 +123,15 @@ def test_accepts_identity_placement_once_per_tensor(single_rank_group):
 
 def test_graph_capture_gate(single_rank_group, monkeypatch):
     """Inside an ACL graph capture only a padded dispatch of the ascend backend may run (the compact one
-    reads its size on the host, the reference backend synchronizes with it)."""
-    from ubep.integrations.vllm_ascend import core as core_module
-
-    monkeypatch.setattr(core_module, "graph_capturing", lambda t: True)
+    reads its size on the host, the reference backend synchronizes with it): the Buffer refuses the
+    others before any communication."""
+    for module in (ubep.buffer, ubep.backends.reference):
+        monkeypatch.setattr(module, "graph_capturing", lambda t: True)
     core = _core(single_rank_group)
-    for layout in ("padded", "compact"):
+    for layout, refused in (("padded", "backend='reference' cannot be captured"),
+                            ("compact", "layout='compact' cannot be captured")):
         core.choose_layout(4 if layout == "padded" else None)
-        with pytest.raises(RuntimeError, match=f"a {layout} dispatch of backend=reference cannot be"):
+        with pytest.raises(RuntimeError, match=refused):
             core.token_dispatch(_input())
     if library_path() is not None:
         ascend = UbepTokenDispatcherCore(single_rank_group, LayerShape(16, 4, 2, torch.float32),
@@ -136,7 +139,7 @@ def test_graph_capture_gate(single_rank_group, monkeypatch):
         ascend.choose_layout(4)
         assert ascend.token_dispatch(_input()).group_list.tolist() == [1, 2, 2, 1]
         ascend.choose_layout(None)
-        with pytest.raises(RuntimeError, match="a compact dispatch of backend=ascend cannot be captured"):
+        with pytest.raises(RuntimeError, match="layout='compact' cannot be captured"):
             ascend.token_dispatch(_input())
         ascend.destroy()
 

@@ -15,6 +15,7 @@ from torch.autograd.function import once_differentiable
 from ubep import engine_profile, op_ids
 from ubep.backends import collectives
 from ubep.backends.base import Backend, Handle
+from ubep.backends.capture import graph_capturing
 from ubep.backends.reference import ReferenceBackend
 from ubep.config import DTYPES, LAYOUTS, REDUCTIONS, SYNC_MODES, EPConfig, least_cuda_sms
 
@@ -356,10 +357,11 @@ class Buffer:
                            (num_tokens, cfg.top_k))
         self._check_tensor("topk_weights", topk_weights, (torch.float32,),
                            (num_tokens, cfg.top_k))
-        if cfg.layout == "compact" and _capturing(x):
-            raise RuntimeError("a dispatch with layout='compact' cannot be captured in a CUDA graph "
+        capturing = graph_capturing(x)
+        if capturing and cfg.layout == "compact":
+            raise RuntimeError("a dispatch with layout='compact' cannot be captured in a CUDA or NPU graph "
                                "(its host reads the output's size); use layout='padded'")
-        if not cfg.check_inputs or num_tokens == 0 or _capturing(topk_idx):
+        if not cfg.check_inputs or num_tokens == 0 or capturing:
             return
         ordered = topk_idx.sort(dim=1).values
         repeated = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
@@ -383,12 +385,6 @@ class Buffer:
             raise TypeError(f"weighted must be a bool, got {type(weighted).__name__}")
         self._check_tensor("expert_out", expert_out, (self.config.dtype,),
                            handle.rows_shape(self.config.hidden))
-
-
-def _capturing(t: torch.Tensor) -> bool:
-    """Whether a CUDA graph is being captured on ``t``'s current stream (never for CPU tensors:
-    CPU builds of torch cannot ask)."""
-    return t.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def _check_backward(backend: Backend) -> None:

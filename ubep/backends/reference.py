@@ -23,6 +23,7 @@ import torch.distributed as dist
 from ubep import layout
 from ubep.backends import collectives
 from ubep.backends.base import Backend, EPCommError, Handle, WireStats, call_code, describe_call
+from ubep.backends.capture import graph_capturing
 from ubep.reduce import ordered_sum
 
 HEADER = 2  # words before the counts in every operation's first all-gather: call number, call code
@@ -99,6 +100,9 @@ class ReferenceBackend(Backend):
         self.calls = 0  # operations so far on this rank, every kind
 
     def dispatch(self, x_TH, topk_idx_TK, topk_weights_TK):
+        if graph_capturing(x_TH):  # before any collective: a capture would record none of them
+            raise RuntimeError("backend='reference' cannot be captured in a graph (its collectives "
+                               "synchronize with the host); use backend='cuda' or 'ascend'")
         handle = self._plan(x_TH, topk_idx_TK, topk_weights_TK)
         recv_x = self._send_tokens(x_TH, handle)
         return recv_x, handle.row_weights.clone().view(handle.rows_shape()), handle

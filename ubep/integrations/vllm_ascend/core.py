@@ -41,7 +41,6 @@ import torch
 import torch.distributed as dist
 
 import ubep.ops
-from ubep.backends.ascend_status import npu_capturing
 from ubep.buffer import DEFAULT_SYNC, Buffer
 from ubep.config import DTYPES, REDUCTIONS, SYNC_MODES
 from ubep.integrations.vllm.core import weighted_input
@@ -217,14 +216,6 @@ def finalize_rows(hidden_TH: torch.Tensor, *, num_tokens: int, padded_shape: tup
     return hidden_TH[:num_tokens]
 
 
-def graph_capturing(t: torch.Tensor) -> bool:
-    """Whether a CUDA / ACL graph is being captured on ``t``'s current stream (NPU: GUESS that
-    torch_npu mirrors ``torch.cuda.is_current_stream_capturing``; False where it does not)."""
-    if t.is_cuda:
-        return torch.cuda.is_current_stream_capturing()
-    return t.device.type == "npu" and npu_capturing()
-
-
 class UbepTokenDispatcherCore:
     """vllm-ascend's ``MoETokenDispatcher`` over ubep: ``token_dispatch`` / ``token_combine`` with its
     signatures, over a padded (decode) ``ubep.Buffer`` of ``group`` and a compact (prefill) one of
@@ -327,11 +318,6 @@ class UbepTokenDispatcherCore:
                  weighted: bool = True) -> TokenDispatchOutput:
         """ubep's dispatch in the current layout, its rows grouped by local expert."""
         buf = self.buffers[self.layout]
-        if graph_capturing(x_TH) and (self.layout == "compact" or self.settings.backend != "ascend"):
-            raise RuntimeError(f"ubep: a {self.layout} dispatch of backend={self.settings.backend} cannot be "
-                               "captured in an ACL graph (the compact layout reads its size on the host, the "
-                               "reference backend synchronizes with it): capture decode only, with "
-                               "backend='ascend', or serve with --enforce-eager")
         dispatched = ubep.ops.dispatch(buf, x_TH.contiguous(), topk_ids_TK, topk_weights_TK)
         back_rows = None
         hidden_RH, counts_E = dispatched.recv_x, dispatched.tokens_per_expert
