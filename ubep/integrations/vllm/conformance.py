@@ -12,12 +12,22 @@ parameter list it was written against. :func:`find_source` locates the source: `
 from __future__ import annotations
 
 import ast
-import importlib.util
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from ubep.integrations.source_ast import (
+    ParsedPackage,
+    class_def,
+    decorators,
+    dotted,
+    function_def,
+    installed_package_dir,
+    methods,
+    params,
+)
 
 VLLM_VERSION = "0.23.0"  # the release vllm-ascend 0.23.0.post1 pins (.github/vllm-release-tag.commit)
 ENV_SRC = "UBEP_VLLM_SRC"
@@ -74,16 +84,14 @@ MEMBERS = [  # each with the place in modular.py / plugin.py that uses it
 
 def check_source(vllm_dir: Path, ours: Path = OURS) -> list[str]:
     """Every mismatch between what we use and the vLLM package source at ``vllm_dir``."""
-    trees: dict[str, ast.Module] = {}
+    package = ParsedPackage(vllm_dir)
     problems: list[str] = []
 
     def tree(file: str) -> ast.Module | None:
-        if file not in trees:
-            path = vllm_dir / file
-            trees[file] = ast.parse(path.read_text()) if path.is_file() else None
-            if trees[file] is None:
-                problems.append(f"{file}: missing")
-        return trees[file]
+        found = package.tree(file)
+        if found is None and f"{file}: missing" not in problems:
+            problems.append(f"{file}: missing")
+        return found
 
     problems += _check_methods(ast.parse(ours.read_text()), tree(MK))
     problems += _check_factory(tree(FACTORY_FILE))
@@ -109,11 +117,8 @@ def find_source(env: Mapping[str, str] = os.environ) -> Path | None:
             if (candidate / MK).is_file():
                 return candidate
         raise ValueError(f"{ENV_SRC}={raw!r} holds no vllm/{MK}")
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    found = Path(next(iter(spec.submodule_search_locations)))
-    return found if (found / MK).is_file() else None
+    found = installed_package_dir("vllm")
+    return found if found is not None and (found / MK).is_file() else None
 
 
 # -- the checks ------------------------------------------------------------------------------------
@@ -122,16 +127,16 @@ def find_source(env: Mapping[str, str] = os.environ) -> Path | None:
 def _check_methods(ours: ast.Module, mk: ast.Module | None) -> list[str]:
     """Our class subclasses vLLM's base, defines each of its chain's abstract methods, and each
     method it overrides has vLLM's parameter names in vLLM's order (properties as properties)."""
-    mine = _class(ours, OUR_CLASS)
+    mine = class_def(ours, OUR_CLASS)
     if mk is None or mine is None:
         return [] if mine else [f"{OURS.name}: no class {OUR_CLASS}"]
-    if not any(_dotted(base).endswith(VLLM_BASE) for base in mine.bases):
+    if not any(dotted(base).endswith(VLLM_BASE) for base in mine.bases):
         return [f"{OUR_CLASS} does not subclass {VLLM_BASE}"]
     chain = _chain(mk, VLLM_BASE)
     if not chain:
         return [f"{MK}: no class {VLLM_BASE}"]
-    theirs = {name: fn for cls in reversed(chain) for name, fn in _methods(cls).items()}
-    ours_by_name = _methods(mine)
+    theirs = {name: fn for cls in reversed(chain) for name, fn in methods(cls).items()}
+    ours_by_name = methods(mine)
     problems = [f"{MK}: {name} is abstract in vLLM, not defined by {OUR_CLASS}"
                 for name, fn in theirs.items() if _is_abstract(fn) and name not in ours_by_name]
     for name, fn in ours_by_name.items():
@@ -139,21 +144,21 @@ def _check_methods(ours: ast.Module, mk: ast.Module | None) -> list[str]:
             continue
         if name not in theirs:
             problems.append(f"{MK}: {OUR_CLASS}.{name} overrides nothing in {VLLM_BASE}'s chain")
-        elif _params(fn) != _params(theirs[name]):
-            problems.append(f"{MK}: {name}{_params(theirs[name])} in vLLM, {name}{_params(fn)} in ours")
+        elif params(fn) != params(theirs[name]):
+            problems.append(f"{MK}: {name}{params(theirs[name])} in vLLM, {name}{params(fn)} in ours")
         elif _is_property(fn) != _is_property(theirs[name]):
             problems.append(f"{MK}: {name} is {'not ' * (not _is_property(theirs[name]))}a property in vLLM")
     return problems
 
 
 def _check_factory(module: ast.Module | None) -> list[str]:
-    fn = _function(module, FACTORY) if module else None
+    fn = function_def(module, FACTORY) if module else None
     if module is None:
         return []
     if fn is None:
         return [f"{FACTORY_FILE}: no function {FACTORY}"]
-    params = _params(fn)
-    return [] if params == FACTORY_PARAMS else [f"{FACTORY_FILE}: {FACTORY}{params}, ours was written "
+    found = params(fn)
+    return [] if found == FACTORY_PARAMS else [f"{FACTORY_FILE}: {FACTORY}{found}, ours was written "
                                                 f"against {FACTORY}{FACTORY_PARAMS}"]
 
 
@@ -180,59 +185,30 @@ def _check_plugin_group(module: ast.Module | None) -> list[str]:
 # -- ast helpers -----------------------------------------------------------------------------------
 
 
-def _class(module: ast.Module, name: str) -> ast.ClassDef | None:
-    return next((n for n in module.body if isinstance(n, ast.ClassDef) and n.name == name), None)
-
-
-def _function(module: ast.Module, name: str) -> ast.FunctionDef | None:
-    return next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
-
-
 def _chain(module: ast.Module, name: str) -> list[ast.ClassDef]:
     """``name`` and its bases defined in ``module``, most derived first."""
-    chain, cls = [], _class(module, name)
+    chain, cls = [], class_def(module, name)
     while cls is not None:
         chain.append(cls)
-        cls = next((c for b in cls.bases if (c := _class(module, _dotted(b).split(".")[-1]))), None)
+        cls = next((c for b in cls.bases if (c := class_def(module, dotted(b).split(".")[-1]))), None)
     return chain
 
 
-def _methods(cls: ast.ClassDef) -> dict[str, ast.FunctionDef]:
-    return {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
-
-
-def _params(fn: ast.FunctionDef) -> tuple[str, ...]:
-    args = fn.args
-    return tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
-
-
-def _decorators(fn: ast.FunctionDef) -> set[str]:
-    return {_dotted(d).split(".")[-1] for d in fn.decorator_list}
-
-
 def _is_abstract(fn: ast.FunctionDef) -> bool:
-    return "abstractmethod" in _decorators(fn)
+    return "abstractmethod" in decorators(fn)
 
 
 def _is_property(fn: ast.FunctionDef) -> bool:
-    return "property" in _decorators(fn)
+    return "property" in decorators(fn)
 
 
-def _dotted(node: ast.expr) -> str:
-    if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
-    if isinstance(node, ast.Call):
-        return _dotted(node.func)
-    return node.id if isinstance(node, ast.Name) else ""
-
-
-def _has(module: ast.Module, dotted: str) -> bool:
-    head, _, member = dotted.partition(".")
+def _has(module: ast.Module, name: str) -> bool:
+    head, _, member = name.partition(".")
     if not member:
-        return _function(module, head) is not None or head in _assigned(module.body) or \
-            _class(module, head) is not None
-    cls = _class(module, head)
-    return cls is not None and (member in _methods(cls) or member in _assigned(cls.body)
+        return function_def(module, head) is not None or head in _assigned(module.body) or \
+            class_def(module, head) is not None
+    cls = class_def(module, head)
+    return cls is not None and (member in methods(cls) or member in _assigned(cls.body)
                                 or member in _self_assigned(cls))
 
 
@@ -246,7 +222,7 @@ def _assigned(body: list[ast.stmt]) -> set[str]:
 
 
 def _self_assigned(cls: ast.ClassDef) -> set[str]:
-    return {t.attr for fn in _methods(cls).values() for node in ast.walk(fn)
+    return {t.attr for fn in methods(cls).values() for node in ast.walk(fn)
             if isinstance(node, ast.Assign | ast.AnnAssign)
             for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
             if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}

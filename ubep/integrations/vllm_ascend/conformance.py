@@ -12,11 +12,19 @@ package directory itself), else an installed vllm-ascend (located, not imported)
 from __future__ import annotations
 
 import ast
-import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from ubep.integrations.source_ast import (
+    ParsedPackage,
+    class_def,
+    function_def,
+    installed_package_dir,
+    methods,
+    params,
+)
 
 VERSION = "0.23.0.post1"
 VLLM_VERSION = "0.23.0"  # the vLLM release vllm-ascend 0.23.0.post1 pins (its Dockerfile's VLLM_TAG)
@@ -169,42 +177,21 @@ def _package_dir(given: str | None, package: str) -> Path | None:
     if given:
         root = Path(given)
         return root / package if (root / package / "__init__.py").exists() else root
-    spec = importlib.util.find_spec(package)  # locates the package; runs nothing of it
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
+    return installed_package_dir(package)
 
 
 def check_source(package: Path, ours: Path = HERE) -> list[str]:
     """Every mismatch between vllm-ascend's source at ``package`` and what ubep (the modules in
     ``ours``) uses, one line each."""
-    source = Source(package)
-    return _check(source, CONTRACT) + _check_overrides(source, Source(ours))
+    source = ParsedPackage(package)
+    return _check(source, CONTRACT) + _check_overrides(source, ParsedPackage(ours))
 
 
 def check_vllm_source(package: Path) -> list[str]:
-    return _check(Source(package), VLLM_CONTRACT)
+    return _check(ParsedPackage(package), VLLM_CONTRACT)
 
 
-class Source:
-    """The parsed files of one package, by path relative to it."""
-
-    def __init__(self, package: Path):
-        self.package = package
-        self._trees: dict[str, ast.Module | None] = {}
-
-    def tree(self, rel: str) -> ast.Module | None:
-        if rel not in self._trees:
-            path = self.package / rel
-            self._trees[rel] = _parse(path) if path.exists() else None
-        return self._trees[rel]
-
-
-def _parse(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), filename=str(path))
-
-
-def _check(source: Source, contract: list) -> list[str]:
+def _check(source: ParsedPackage, contract: list) -> list[str]:
     problems = []
     for item in contract:
         tree = source.tree(item.file)
@@ -218,7 +205,7 @@ def _check(source: Source, contract: list) -> list[str]:
 
 
 def _check_signature(tree: ast.Module, item: Signature) -> str | None:
-    fn = _function(tree, item.qualname)
+    fn = function_def(tree, item.qualname)
     if fn is None:
         return f"no {item.qualname}"
     got = params(fn)
@@ -228,7 +215,7 @@ def _check_signature(tree: ast.Module, item: Signature) -> str | None:
 
 
 def _check_fields(tree: ast.Module, item: Fields) -> str | None:
-    cls = _class(tree, item.cls)
+    cls = class_def(tree, item.cls)
     if cls is None:
         return f"no class {item.cls}"
     got = tuple(fields_of(cls))
@@ -241,7 +228,7 @@ def _check_names(tree: ast.Module, item: Names) -> str | None:
     if item.cls is None:
         have, where = module_names(tree), "module"
     else:
-        cls = _class(tree, item.cls)
+        cls = class_def(tree, item.cls)
         if cls is None:
             return f"no class {item.cls}"
         have, where = class_names(cls), f"class {item.cls}"
@@ -250,7 +237,7 @@ def _check_names(tree: ast.Module, item: Names) -> str | None:
 
 
 def _check_keyword_call(tree: ast.Module, item: KeywordCall) -> str | None:
-    fn = _function(tree, item.qualname)
+    fn = function_def(tree, item.qualname)
     if fn is None:
         return f"no {item.qualname}"
     calls = [node for node in ast.walk(fn) if isinstance(node, ast.Call)
@@ -267,20 +254,20 @@ CHECKS = {Signature: _check_signature, Fields: _check_fields, Names: _check_name
           KeywordCall: _check_keyword_call}
 
 
-def _check_overrides(source: Source, ours: Source) -> list[str]:
+def _check_overrides(source: ParsedPackage, ours: ParsedPackage) -> list[str]:
     """Each method of our classes that vllm-ascend's class defines keeps its parameter names in order."""
     problems = []
     for (our_file, our_name), (file, base_name) in OVERRIDES.items():
         tree, our_tree = source.tree(file), ours.tree(our_file)
-        ours_cls = _class(our_tree, our_name) if our_tree is not None else None
-        base = _class(tree, base_name) if tree is not None else None
+        ours_cls = class_def(our_tree, our_name) if our_tree is not None else None
+        base = class_def(tree, base_name) if tree is not None else None
         if ours_cls is None or base is None:
             problems.append(f"{file}: cannot compare {our_name} with {base_name} (one is missing)")
             continue
-        for fn in _methods(ours_cls):
+        for fn in methods(ours_cls).values():
             if fn.name == "__init__":
                 continue  # our constructors take what we pass; the base's is checked in CONTRACT
-            theirs = _method(base, fn.name)
+            theirs = methods(base).get(fn.name)
             if theirs is not None and params(fn) != params(theirs):
                 problems.append(f"{file}: {our_name}.{fn.name}{_show(params(fn))} overrides "
                                 f"{base_name}.{fn.name}{_show(params(theirs))}")
@@ -290,41 +277,8 @@ def _check_overrides(source: Source, ours: Source) -> list[str]:
 # -- ast helpers -------------------------------------------------------------------------------------
 
 
-def params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, ...]:
-    """Parameter names in order, ``*args`` / ``**kwargs`` with their stars."""
-    a = fn.args
-    names = [p.arg for p in (*a.posonlyargs, *a.args)]
-    if a.vararg:
-        names.append(f"*{a.vararg.arg}")
-    names += [p.arg for p in a.kwonlyargs]
-    if a.kwarg:
-        names.append(f"**{a.kwarg.arg}")
-    return tuple(names)
-
-
 def _show(names: tuple[str, ...]) -> str:
     return f"({', '.join(names)})"
-
-
-def _class(tree: ast.Module, name: str) -> ast.ClassDef | None:
-    return next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
-
-
-def _methods(cls: ast.ClassDef) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-    return [n for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
-
-
-def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    return next((fn for fn in _methods(cls) if fn.name == name), None)
-
-
-def _function(tree: ast.Module, qualname: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    if "." in qualname:
-        cls_name, name = qualname.split(".", 1)
-        cls = _class(tree, cls_name)
-        return _method(cls, name) if cls is not None else None
-    return next((n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-                 and n.name == qualname), None)
 
 
 def fields_of(cls: ast.ClassDef) -> list[str]:
