@@ -74,11 +74,11 @@ def a2a_ceiling_rank(rank: int, world: int, args: argparse.Namespace) -> float:
     part = A2A_BYTES // world
     inp = torch.empty(world * part, dtype=torch.uint8, device=dev)
     out = torch.empty_like(inp)
-    us = _time(lambda: dist.all_to_all_single(out, inp), args.iters, args.warmup)
+    us = time_calls(lambda: dist.all_to_all_single(out, inp), args.iters, args.warmup)
     return (world - 1) * part / (statistics.median(us) * 1e-6) / 1e9
 
 
-def _time(fn, iters: int, warmup: int, queued: bool = False) -> list[float]:
+def time_calls(fn, iters: int, warmup: int, queued: bool = False) -> list[float]:
     """µs per call of ``fn`` (CUDA events, a barrier before each call so ranks start together).
     ``queued``: each call queued behind a delay kernel, so that the GPU reaches the start event with
     the call already queued: the GPU's time alone, without the host's launch latency (what a call
@@ -106,7 +106,7 @@ def _time(fn, iters: int, warmup: int, queued: bool = False) -> list[float]:
     return out
 
 
-def _routing(rank: int, tokens: int, maxvio: float, args, dev):
+def routing(rank: int, tokens: int, maxvio: float, args, dev):
     """This rank's ``(x [T, H] bf16, topk_idx [T, K], topk_weights [T, K])`` for one case."""
     gen = torch.Generator().manual_seed(rank * 131 + tokens)
     idx = skewed_topk(tokens, args.experts, args.top_k, maxvio=maxvio,
@@ -131,7 +131,7 @@ def bench_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
     rows = []
     for tokens in args.tokens:
         for maxvio in args.maxvio:
-            x, idx, w = _routing(rank, tokens, maxvio, args, dev)
+            x, idx, w = routing(rank, tokens, maxvio, args, dev)
             case = {"tokens": tokens, "maxvio": maxvio}
             wire = _wire(idx, rank, world, args)
             capacity = max(tokens, args.buffer_tokens)  # the buffer's tokens per rank
@@ -150,14 +150,14 @@ def bench_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
                     if backend == "cuda" else (None, None)
                 rows.append({**case, "what": f"{name} dispatch", "bytes": wire.total_bytes,
                              "programs": programs[0],
-                             "us": _time(lambda b=buf, x=x, i=idx, w=w: b.dispatch(x, i, w),
+                             "us": time_calls(lambda b=buf, x=x, i=idx, w=w: b.dispatch(x, i, w),
                                          args.iters, args.warmup)})
                 for reduce in ("source", "expert_rank"):
                     out_bytes = (wire.pairs_sent if reduce == "source" else wire.tokens_sent) \
                         * args.hidden * 2
                     rows.append({**case, "what": f"{name} combine {reduce}", "bytes": out_bytes,
                                  "programs": programs[1],
-                                 "us": _time(lambda b=buf, r=res, red=reduce: b.combine(
+                                 "us": time_calls(lambda b=buf, r=res, red=reduce: b.combine(
                                      r.recv_x, r.handle, reduce=red), args.iters, args.warmup)})
                 if (backend, layout) == ("cuda", "padded"):
                     rows += _graph_rows(buf, x, idx, w, case, wire, name, programs, args)
@@ -168,7 +168,7 @@ def bench_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def _graphed(fn):
+def graphed(fn):
     """``(graph, output)``: ``fn`` warmed up on a side stream, then captured in a CUDA graph."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -197,20 +197,20 @@ def _graph_rows(buf, x, idx, w, case: dict, wire, name: str, programs, args) -> 
     """The padded layout's dispatch and combines as CUDA-graph replays (no Python launch cost), each
     timed twice: from an idle GPU ("graph", the replay's own launch latency included) and queued
     behind a delay kernel ("queued graph": the GPU's time alone)."""
-    dispatch_graph, res = _graphed(lambda: buf.dispatch(x, idx, w))
+    dispatch_graph, res = graphed(lambda: buf.dispatch(x, idx, w))
     # the captured dispatch's outputs, the combines' handle, hold its rows once it has replayed:
     # a combine of an unreplayed capture's handle follows routes of uninitialized memory
     dispatch_graph.replay()
     torch.cuda.synchronize()
     graphs = [("dispatch", dispatch_graph, wire.total_bytes, programs[0])]
     for reduce in ("source", "expert_rank"):
-        graph, _ = _graphed(lambda red=reduce: buf.combine(res.recv_x, res.handle, reduce=red))
+        graph, _ = graphed(lambda red=reduce: buf.combine(res.recv_x, res.handle, reduce=red))
         out_bytes = (wire.pairs_sent if reduce == "source" else wire.tokens_sent) * args.hidden * 2
         graphs.append((f"combine {reduce}", graph, out_bytes, programs[1]))
     rows = []
     for label, queued in (("graph", False), ("queued graph", True)):
         rows += [{**case, "what": f"{name} {label} {op}", "bytes": num_bytes, "programs": grid,
-                  "us": _time(graph.replay, args.iters, args.warmup, queued)}
+                  "us": time_calls(graph.replay, args.iters, args.warmup, queued)}
                  for op, graph, num_bytes, grid in graphs]
     return rows
 
@@ -232,7 +232,7 @@ def _naive_a2a(x, idx, args, world: int) -> list[float]:
     dist.all_to_all_single(recv_counts, send_counts)
     recv = send.new_empty(int(recv_counts.sum()), x.shape[1])
     sc, rc = send_counts.tolist(), recv_counts.tolist()
-    return _time(lambda: dist.all_to_all_single(recv, send, rc, sc), args.iters, args.warmup)
+    return time_calls(lambda: dist.all_to_all_single(recv, send, rc, sc), args.iters, args.warmup)
 
 
 def vdev_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
@@ -247,7 +247,7 @@ def vdev_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
         group = dist.group.WORLD.group_name
         rows = []
         for tokens in args.tokens:
-            x, idx, _ = _routing(rank, tokens, 0.0, args, dev)
+            x, idx, _ = routing(rank, tokens, 0.0, args, dev)
             send, counts = _per_expert_rows(x, idx, args, world)
             cap = tokens * args.top_k * args.hidden  # elements one rank sends at most
             inp = symm_mem.empty(cap, dtype=torch.bfloat16, device=dev)
@@ -262,7 +262,7 @@ def vdev_rank(rank: int, world: int, args: argparse.Namespace) -> list[dict]:
             call = functools.partial(torch.ops.symm_mem.all_to_all_vdev, inp, out, splits,
                                      out_splits, group)
             rows.append({"tokens": tokens, "maxvio": 0.0, "what": "torch all_to_all_vdev per expert",
-                         "bytes": remote, "us": _time(call, args.iters, args.warmup)})
+                         "bytes": remote, "us": time_calls(call, args.iters, args.warmup)})
         return rows
     except Exception as err:  # the op, NVSHMEM or its bootstrap missing: report, do not fail the run
         return [{"error": f"{type(err).__name__}: {err}"}]
