@@ -2,14 +2,15 @@
 # Everything this project checks on a GPU machine: the GPU tests (bit for bit against the oracle,
 # stress, timeouts, CUDA graphs, wire images, profiling), then the side-by-side benchmark.
 #   benchmarks/run_gpu_checks.sh [part ...]
-#   parts: exact, lifetime, worlds, stress, bench, sweep (default: all)
+#   parts: exact, lifetime, worlds, stress, bench, sweep, plain (default: all)
 # exact: wire images, launches, and tests/test_cuda.py at W = 1 and 2 but the stress test; lifetime:
 # tests/test_cuda_lifetime.py (40 Buffers of five model shapes made, used and destroyed in one
 # process, two alive at once, a CUDA graph that outlives its Buffer); worlds:
 # the oracle matrix at W = 4 and 8; stress: the 2000-call stress tests; bench: bench_ep.py, then
 # its targets read off the results (benchmarks/targets.py, into $OUT/targets.md); sweep:
 # bench_ep.py over other model shapes (SWEEP_SHAPES, HIDDEN:EXPERTS:TOP_K each) at 128 and 4096
-# tokens, uniform routing, the reference and the cuda backend in `sw` and `tff`.
+# tokens, uniform routing, the reference and the cuda backend in `sw` and `tff`; plain:
+# benchmarks/one_gpu.py (each call beside plain kernels moving the same rows, ONE_GPU_ARGS).
 # Each group runs under its own time limit (LIMIT_S, default 420 s), so one stuck group cannot use up
 # the others' time; a GPU test case costs 10-120 s (processes, NCCL, Triton compiles; the low end with
 # a warm Triton cache, TRITON_CACHE_DIR). Where pytest-xdist is installed the tests run in 3 workers
@@ -45,7 +46,7 @@ if python3 -c "import xdist" 2>/dev/null; then
   workers=(-n "${PYTEST_WORKERS:-3}")
 fi
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(exact lifetime worlds stress bench sweep)
+[ ${#parts[@]} -gt 0 ] || parts=(exact lifetime worlds stress bench sweep plain)
 # the limits' corners among them: top-16, 1024 experts, a small hidden size
 shapes=${SWEEP_SHAPES:-2048:64:4 4096:128:8 4096:1024:8 7168:256:4 7168:256:16}
 for part in "${parts[@]}"; do
@@ -72,8 +73,11 @@ for part in "${parts[@]}"; do
       # shellcheck disable=SC2086
       run sweep env PYTHONPATH=. python3 benchmarks/bench_ep.py --out "$out/sweep" --shapes $shapes \
         --tokens 128 4096 --maxvio 0 --syncs sw tff ;;
+    plain)
+      # shellcheck disable=SC2086
+      run plain env PYTHONPATH=. python3 benchmarks/one_gpu.py --out "$out/one-gpu" ${ONE_GPU_ARGS:-} ;;
     *)
-      echo "unknown part '$part' (exact, lifetime, worlds, stress, bench, sweep)" >&2
+      echo "unknown part '$part' (exact, lifetime, worlds, stress, bench, sweep, plain)" >&2
       exit 2 ;;
   esac
 done
