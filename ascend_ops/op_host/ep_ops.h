@@ -1,7 +1,8 @@
 // The torch ops' bodies, shared by every device: check arguments, compute the call's tiling
 // (DispatchTiling / CombineTiling / PrepareTiling / ProbeTiling, which the CANN ops' tiling functions
-// compute too), allocate the outputs and the zeroed scratch, launch (Launch::Dispatch / Combine /
-// Prepare / Probe: the CPU twin or the NPU's MC2 op), and return a copy of the kernel's status words with the outputs.
+// compute too), allocate the outputs (op_shapes.h) and the zeroed scratch, launch (Launch::Dispatch /
+// Combine / Prepare / Probe: the CPU twin or the NPU's MC2 op), and return a copy of the kernel's
+// status words with the outputs.
 //
 // Nothing here waits for the device: every output has a size the host knows (the compact dispatch
 // its worst case, which the backend narrows), and a kernel's timeout is reported through the status
