@@ -17,7 +17,7 @@ SMALL = ["--ranks", "2", "--tokens", "8", "--hidden", "16", "--experts", "4", "-
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a machine without a GPU says")
 
 
-@pytest.mark.parametrize("command", ["demo", "profile", "simulate"])
+@pytest.mark.parametrize("command", ["demo", "profile", "simulate", "probe"])
 def test_help_gives_each_default_once(capsys, command):
     with pytest.raises(SystemExit) as exit_info:
         main([command, "--help"])
