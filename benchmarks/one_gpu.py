@@ -10,7 +10,8 @@ plain Triton weighted fp32 reduce of each token's K rows (what a combine compute
 permute (argsort + index_select) and un-permute (index_select + weighted sum), and ubep's dispatch
 and combine (reduce="source") in each layout and sync mode: eager, timed with CUDA events, with the
 host's own time per call beside (the call's Python and launches, measured on the host clock with the
-GPU idle before it), and for the padded layout dispatch + combine as one CUDA-graph replay.
+GPU idle before it), and for the padded layout dispatch + combine as one CUDA-graph replay beside the
+two plain kernels replayed as one graph.
 ``ratio`` is ubep's time over its plain kernel's. Writes results.csv and results.md under --out and
 prints the table. Padded buffers hold T rows per local expert: above --padded-max tokens they are
 skipped (a decode layout; 8192 tokens x 256 experts x 7168 bf16 would be 30 GB).
@@ -133,6 +134,11 @@ def one_case(shape: tuple[int, int, int], tokens: int, args: argparse.Namespace,
         "dispatch": med(lambda: x.index_select(0, torch.argsort(idx.flatten(), stable=True) // top_k)),
         "combine": med(lambda: (expert_out.index_select(0, pos.flatten().long()).view(tokens, top_k, hidden)
                                 .float() * w.unsqueeze(2)).sum(1).to(x.dtype))}
+    plain_graph = None  # the two plain kernels as one CUDA-graph replay, beside ubep's replays
+    if "padded" in args.layouts and tokens <= args.padded_max:
+        graph, _ = graphed(lambda: reduce(gather(x, order), pos, w))
+        plain_graph = med(graph.replay)
+        del graph
     rows = []
     for layout in args.layouts:
         if layout == "padded" and tokens > args.padded_max:
@@ -150,7 +156,7 @@ def one_case(shape: tuple[int, int, int], tokens: int, args: argparse.Namespace,
             if layout == "padded":
                 graph, _ = graphed(lambda b=buf: _step(b, x, idx, w))
                 rows.append(_row(case, f"dispatch+combine {layout} {sync}", "graph", med(graph.replay),
-                                 host_us(graph.replay, args.iters), plain["dispatch"] + plain["combine"],
+                                 host_us(graph.replay, args.iters), plain_graph,
                                  torch_us["dispatch"] + torch_us["combine"]))
                 del graph
             buf.destroy()
