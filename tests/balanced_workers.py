@@ -29,6 +29,7 @@ class BalancedCase:
     drop: float = 0.0
     dtype: torch.dtype = torch.float32
     seed: int = 0
+    backend: str = "reference"  # the backend that moves the BalancedBuffer's rows
 
 
 def case_inputs(case: BalancedCase, rank: int, world: int):
@@ -53,7 +54,7 @@ def compare_rank(rank: int, world: int, case: BalancedCase) -> dict:
     shape = {"hidden": case.hidden, "num_experts": experts, "top_k": case.top_k,
              "max_tokens_per_rank": max(max(case.tokens), 1), "dtype": case.dtype}
     balanced = BalancedBuffer(**shape, weight_shapes=[(case.hidden, case.intermediate),
-                                                      (case.intermediate, case.hidden)])
+                                                      (case.intermediate, case.hidden)], backend=case.backend)
     plain = ubep.Buffer(**shape)
     weights = exact_weights(case.hidden, case.intermediate, case.seed, range(experts))
     own = weights[rank * case.experts_per_rank : (rank + 1) * case.experts_per_rank]
@@ -70,7 +71,9 @@ def compare_rank(rank: int, world: int, case: BalancedCase) -> dict:
     checks["grad_weights"] = (all(_same(g, r) for g, r in zip(got[3], ref[3], strict=True)),
                               all(_same(r, w) for r, w in zip(ref[3], want[3], strict=True)))
     plan = got[4].plan
-    return {"checks": checks, "rows": int(got[4].tokens_per_segment.sum()),
+    rows_backend = balanced.rows_backend
+    balanced.destroy()
+    return {"checks": checks, "rows_backend": rows_backend, "rows": int(got[4].tokens_per_segment.sum()),
             "rows_unbalanced": int(ref[4].tokens_per_expert.sum()),
             "borrowed": plan.borrowed_WL[rank].tolist(), "targets": plan.targets_W.tolist()}
 

@@ -3,6 +3,7 @@ one-process layer bit for bit (outputs, gradients of x, of the gate weights and 
 weights) under skewed routings; every rank computes its plan's target; bad input and ranks that
 disagree raise errors naming the argument."""
 
+import dataclasses
 import re
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 import ubep
 from tests.balanced_workers import BalancedCase, compare_cases, disagreeing_rank
 from ubep import balanced_layer
+from ubep.backends.ascend_library import library_path
 from ubep.balance.chain import chain_messages, chain_steps, grad_chains
 from ubep.balanced import BalancedBuffer
 from ubep.exact_expert import exact_weights
@@ -30,7 +32,19 @@ def cases_for(world: int) -> list[BalancedCase]:
 
 @pytest.mark.parametrize("world", [2, 3, 4, 8])
 def test_balanced_layer_is_bitwise(world):
-    cases = cases_for(world)
+    check_balanced_cases(world, cases_for(world))
+
+
+@pytest.mark.skipif(library_path() is None,
+                    reason="the ascend operator library is not built (./build.sh test)")
+@pytest.mark.parametrize("world", [2, 3])
+def test_balanced_layer_is_bitwise_with_rows_on_the_ascend_twin(world):
+    """The rows through the ascend backend (a plain Buffer of W * 2L virtual experts, one per
+    segment): the same bits as the unbalanced reference layer and the one-process layer."""
+    check_balanced_cases(world, [dataclasses.replace(c, backend="ascend") for c in cases_for(world)[:2]])
+
+
+def check_balanced_cases(world: int, cases: list[BalancedCase]) -> None:
     results = run_ranks(compare_cases, world, cases, timeout_s=400)
     for i, case in enumerate(cases):
         per_rank = [results[r][i] for r in range(world)]
@@ -38,6 +52,7 @@ def test_balanced_layer_is_bitwise(world):
             for name, (vs_unbalanced, unbalanced_vs_one_process) in res["checks"].items():
                 assert vs_unbalanced, (case, r, name, "balanced != unbalanced")
                 assert unbalanced_vs_one_process, (case, r, name, "unbalanced != one process")
+        assert {res["rows_backend"] for res in per_rank} == {case.backend}
         rows = [res["rows"] for res in per_rank]
         assert rows == per_rank[0]["targets"], (case, rows)
         assert max(rows) - min(rows) <= 1

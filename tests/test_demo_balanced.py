@@ -5,15 +5,20 @@ import re
 
 import pytest
 
+from ubep.backends.ascend_library import library_path
 from ubep.cli import main
 
 SMALL = ["--ranks", "3", "--tokens", "12", "--hidden", "16", "--experts", "6", "--top-k", "2",
          "--intermediate", "8", "--dtype", "fp32"]
 
 
-def test_balanced_demo_passes(capsys):
-    assert main(["demo", *SMALL, "--balance", "redundant", "--maxvio", "3"]) == 0
+@pytest.mark.parametrize("backend", ["reference", "ascend"])
+def test_balanced_demo_passes(capsys, backend):
+    if backend == "ascend" and library_path() is None:
+        pytest.skip("the ascend operator library is not built (./build.sh test)")
+    assert main(["demo", *SMALL, "--balance", "redundant", "--maxvio", "3", "--backend", backend]) == 0
     out = capsys.readouterr().out
+    assert f"rows through backend {backend}," in out
     table = re.findall(r"^\s+(\d)\s+(\d+)\s+(\d+)\s+\[([\d, ]*)\]", out, re.MULTILINE)
     assert [int(rank) for rank, *_ in table] == [0, 1, 2]
     assert [int(balanced) for _, _, balanced, _ in table] == [24, 24, 24]  # S * K everywhere
@@ -27,8 +32,11 @@ def test_balanced_demo_passes(capsys):
 
 @pytest.mark.parametrize("extra, message", [
     (["--balance", "redundant", "--reduce", "expert_rank"],
-     "--balance redundant runs on the reference backend, compact layout, reduce=source; "
+     "--balance redundant runs on the reference or ascend backend, compact layout, reduce=source; "
      "not with --reduce expert_rank"),
+    (["--balance", "redundant", "--backend", "cuda"],
+     "--balance redundant runs on the reference or ascend backend, compact layout, reduce=source; "
+     "not with --backend cuda"),
     (["--maxvio", "3"], "--maxvio needs --balance redundant"),
 ])
 def test_balanced_demo_refuses(capsys, extra, message):

@@ -6,9 +6,15 @@ computes the same number of rows (``S * K`` when every rank sends ``S`` tokens w
 
 A class of its own rather than a ``Buffer`` option: its receive rows are segments (own experts,
 then borrowed slots) rather than local experts, it owns a weight pool and two more calls
-(:meth:`BalancedBuffer.prefetch_weights`, :meth:`BalancedBuffer.reduce_weight_grads`), and only the
-reference backend implements it. It inherits the Buffer's input checks, configuration agreement,
-autograd and lifetime. docs/BALANCE.md has the walk-through.
+(:meth:`BalancedBuffer.prefetch_weights`, :meth:`BalancedBuffer.reduce_weight_grads`). It inherits
+the Buffer's input checks, configuration agreement, autograd and lifetime. docs/BALANCE.md has the
+walk-through.
+
+On the reference backend the plan drives the collectives themselves. On the others (``cuda``,
+``ascend``) the rows go through a plain Buffer of ``W * 2L`` virtual experts, ``2L`` per rank, one
+per segment: each pair's expert id becomes ``rank * 2L + segment`` of the rank and segment the plan
+gives it, so the row Buffer delivers each segment's rows in (source rank, source token) order, as
+the plan lays them out, and its combine sums each token's rows in ``k`` order: the same bits.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from ubep.balance import BalancePlan
 from ubep.buffer import Buffer, DispatchResult
 from ubep.checks import check_int
 
+ROW_BACKENDS = ("reference", "cuda", "ascend")  # what may move a BalancedBuffer's rows
 MAX_WEIGHTS, MAX_DIMS = 8, 4  # the pool's shapes travel as a fixed-size row in the agreement
 WEIGHT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -76,12 +83,15 @@ def _pool_of_row(row: list[int]) -> str:
 
 
 class BalancedBuffer(Buffer):
-    """Balanced expert-parallel dispatch and combine (reference backend, compact rows).
+    """Balanced expert-parallel dispatch and combine (compact rows).
 
     Args (beyond :class:`ubep.Buffer`'s ``group, hidden, num_experts, top_k, max_tokens_per_rank,
     dtype, device, timeout_s, check_inputs, profile``):
         weight_shapes: the shape of each weight of one expert, e.g. ``[(H, I), (I, H)]``.
         weight_dtype: the experts' weight dtype (fp32, bf16 or fp16).
+        backend: ``"reference"`` (default), ``"cuda"`` or ``"ascend"``: the backend that moves the
+            rows (compact layout); the plan and the weights always go through the group's
+            collectives. ``sync``, ``num_sms``: that backend's, as for :class:`ubep.Buffer`.
 
     The Buffer owns one weight pool of ``L = E / W`` slots, each holding one expert's weights: a
     plan borrows at most ``L`` experts per rank, so the pool is bounded, and every layer using this
@@ -95,7 +105,10 @@ class BalancedBuffer(Buffer):
                  top_k: int, max_tokens_per_rank: int, weight_shapes: Sequence[Sequence[int]],
                  dtype: torch.dtype = torch.bfloat16, weight_dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None, timeout_s: float = 60.0,
-                 check_inputs: bool = True, profile: bool | None = None):
+                 check_inputs: bool = True, profile: bool | None = None, backend: str = "reference",
+                 sync: str | None = None, num_sms: int | None = None):
+        if backend not in ROW_BACKENDS:
+            raise ValueError(f"backend must be one of {ROW_BACKENDS} for a BalancedBuffer, got {backend!r}")
         self.weight_shapes = _check_shapes(weight_shapes)
         if weight_dtype not in WEIGHT_DTYPES:
             raise TypeError(f"weight_dtype must be one of {WEIGHT_DTYPES}, got {weight_dtype}")
@@ -109,6 +122,12 @@ class BalancedBuffer(Buffer):
         self.weight_numel = sum(torch.Size(s).numel() for s in self.weight_shapes)
         self._pool = [[torch.empty(s, dtype=weight_dtype, device=self.device)
                        for s in self.weight_shapes] for _ in range(local)]
+        self._rows: Buffer | None = None
+        if backend != "reference":
+            self._rows = Buffer(group, hidden=hidden, num_experts=self.config.world_size * 2 * local,
+                                top_k=top_k, max_tokens_per_rank=max_tokens_per_rank, dtype=dtype,
+                                backend=backend, layout="compact", sync=sync, device=self.device,
+                                timeout_s=timeout_s, check_inputs=False, profile=profile, num_sms=num_sms)
 
     def _make_backend(self, name: str, group: dist.ProcessGroup | None) -> Backend:
         return BalancedReferenceBackend(self.config, group, self.device)
@@ -130,6 +149,11 @@ class BalancedBuffer(Buffer):
                              f"must create the same BalancedBuffer)")
 
     @property
+    def rows_backend(self) -> str:
+        """The backend that moves the rows: ``reference``, ``cuda`` or ``ascend``."""
+        return self._rows.backend_name if self._rows is not None else self.backend_name
+
+    @property
     def pool_bytes(self) -> int:
         """Bytes of the weight pool on this rank: ``L`` slots of one expert's weights."""
         return self.config.num_local_experts * self.weight_numel * self.weight_dtype.itemsize
@@ -139,9 +163,24 @@ class BalancedBuffer(Buffer):
     def dispatch(self, x: torch.Tensor, topk_idx: torch.Tensor,
                  topk_weights: torch.Tensor) -> BalancedDispatchResult:
         """:meth:`ubep.Buffer.dispatch` under this batch's plan; see :class:`BalancedDispatchResult`."""
-        res = super().dispatch(x, topk_idx, topk_weights)
-        return BalancedDispatchResult(res.recv_x, res.tokens_per_expert, res.recv_weights,
-                                      res.handle, res.handle.tokens_per_segment)
+        if self._rows is None:
+            res = super().dispatch(x, topk_idx, topk_weights)
+            return BalancedDispatchResult(res.recv_x, res.tokens_per_expert, res.recv_weights,
+                                          res.handle, res.handle.tokens_per_segment)
+        self._check_open()
+        self._check_dispatch(x, topk_idx, topk_weights)
+        cfg = self.config
+        plan, counts_WE = self._backend.plan_batch(topk_idx)
+        dest = plan.destinations(topk_idx, cfg.rank, counts_WE)
+        virtual = torch.where(dest.rank >= 0, dest.rank * 2 * cfg.num_local_experts + dest.segment, -1)
+        res = self._rows.dispatch(x, virtual, topk_weights)
+        rows = res.handle
+        segments = rows.tokens_per_expert
+        handle = BalancedHandle(cfg, rows.num_tokens, rows.topk_weights, rows.row_weights,
+                                segments[: cfg.num_local_experts], rows.num_rows, rows.wire, rows.routes,
+                                rows.call, plan=plan, tokens_per_segment=segments, rows=rows)
+        return BalancedDispatchResult(res.recv_x, handle.tokens_per_expert, res.recv_weights, handle,
+                                      segments)
 
     def combine(self, expert_out: torch.Tensor, handle: BalancedHandle, *, reduce: str = "source",
                 weighted: bool = True) -> torch.Tensor:
@@ -151,7 +190,21 @@ class BalancedBuffer(Buffer):
         if reduce != "source":
             raise ValueError(f"reduce must be 'source' on a BalancedBuffer (an 'expert_rank' partial "
                              f"sum would depend on the batch's plan), got {reduce!r}")
-        return super().combine(expert_out, handle, reduce=reduce, weighted=weighted)
+        if self._rows is None:
+            return super().combine(expert_out, handle, reduce=reduce, weighted=weighted)
+        self._check_open()
+        self._check_handle(handle)
+        return self._rows.combine(expert_out, handle.rows, reduce=reduce, weighted=weighted)
+
+    def synchronize(self) -> None:
+        super().synchronize()
+        if self._rows is not None:
+            self._rows.synchronize()
+
+    def destroy(self) -> None:
+        if self._rows is not None:
+            self._rows.destroy()
+        super().destroy()
 
     def prefetch_weights(self, handle: BalancedHandle, weights: Sequence[Sequence[torch.Tensor]]
                          ) -> list[list[torch.Tensor] | None]:

@@ -176,18 +176,21 @@ def _demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _balanced_demo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    refused = [f"--{name} {value}" for name, value, plain in (
-        ("backend", args.backend, "auto"), ("layout", args.layout, "compact"),
-        ("reduce", args.reduce, "source")) if value not in (plain, "reference")]
+    refused = [f"--{name} {value}" for name, value, allowed in (
+        ("backend", args.backend, ("auto", "reference", "ascend")), ("layout", args.layout, ("compact",)),
+        ("reduce", args.reduce, ("source",))) if value not in allowed]
     if refused:
-        parser.error(f"--balance redundant runs on the reference backend, compact layout, "
+        parser.error(f"--balance redundant runs on the reference or ascend backend, compact layout, "
                      f"reduce=source; not with {', '.join(refused)}")
+    if problem := _machine_problem(args):
+        return _say_problem("demo", problem)
     from ubep.demo_balanced import BalancedDemoOptions, run_balanced_demo
 
     return run_balanced_demo(BalancedDemoOptions(
         ranks=args.ranks, tokens=args.tokens, hidden=args.hidden, num_experts=args.experts,
         top_k=args.top_k, intermediate=args.intermediate, dtype=DTYPE_NAMES[args.dtype],
-        maxvio=3.0 if args.maxvio is None else args.maxvio, seed=args.seed))
+        maxvio=3.0 if args.maxvio is None else args.maxvio, seed=args.seed,
+        backend="reference" if args.backend == "auto" else args.backend))
 
 
 def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -32,6 +32,7 @@ class BalancedDemoOptions:
     dtype: torch.dtype = torch.bfloat16
     maxvio: float = 3.0
     seed: int = 0
+    backend: str = "reference"  # what moves the rows: reference or ascend (the CPU twin)
 
 
 def demo_inputs(opts: BalancedDemoOptions, rank: int):
@@ -49,7 +50,7 @@ def demo_rank(rank: int, world_size: int, opts: BalancedDemoOptions) -> dict:
     buf = BalancedBuffer(hidden=opts.hidden, num_experts=opts.num_experts, top_k=opts.top_k,
                          max_tokens_per_rank=opts.tokens, dtype=opts.dtype,
                          weight_shapes=[(opts.hidden, opts.intermediate),
-                                        (opts.intermediate, opts.hidden)])
+                                        (opts.intermediate, opts.hidden)], backend=opts.backend)
     own = exact_weights(opts.hidden, opts.intermediate, opts.seed, buf.config.local_experts)
     t0 = time.perf_counter()
     y, grad_x, grad_gate, grad_weights, handle = balanced_step(buf, *demo_inputs(opts, rank), own)
@@ -83,8 +84,8 @@ def report(opts: BalancedDemoOptions, results: list[dict], checks, elapsed: floa
     steps = chain_steps(plan.alloc_WE)
     grads_out = [sum(1 for s in steps if s.rank == r and s.to != r) for r in range(w)]
     dt = str(opts.dtype).removeprefix("torch.")
-    print(f"\nubep demo --balance redundant: {w} CPU ranks over gloo, backend reference, routing "
-          f"skew maxvio {opts.maxvio:g} (expert 0 hot)")
+    print(f"\nubep demo --balance redundant: {w} CPU ranks over gloo, rows through backend "
+          f"{opts.backend}, routing skew maxvio {opts.maxvio:g} (expert 0 hot)")
     print(f"layer: hidden {opts.hidden}, {opts.num_experts} experts ({local} per rank), "
           f"top-{opts.top_k}, row-exact ReLU MLP intermediate {opts.intermediate}, {dt}, "
           f"{opts.tokens} tokens per rank ({opts.tokens * opts.top_k} rows)")

@@ -33,6 +33,7 @@ class BalancedHandle(Handle):
 
     plan: BalancePlan = field(kw_only=True)
     tokens_per_segment: torch.Tensor = field(kw_only=True)
+    rows: Handle | None = field(default=None, kw_only=True)  # the row Buffer's handle (other backends)
 
 
 def _return_slots(rank_TK: torch.Tensor, world_size: int) -> torch.Tensor:
@@ -50,16 +51,23 @@ class BalancedReferenceBackend(ReferenceBackend):
         handle = self._plan_balanced(x_TH, topk_idx_TK, topk_weights_TK)
         return self._send_tokens(x_TH, handle), handle.row_weights.clone(), handle
 
-    def _plan_balanced(self, x_TH, topk_idx_TK, topk_weights_TK) -> BalancedHandle:
+    def plan_batch(self, topk_idx_TK) -> tuple[BalancePlan, torch.Tensor]:
+        """``(plan, counts_WE)``: the batch's plan, from the count matrix every rank all-gathers (the
+        dispatch's call check), the same on every rank."""
         cfg, timer = self.config, self.timer
-        world, rank, top_k = cfg.world_size, cfg.rank, cfg.top_k
         with timer.phase("dispatch: count exchange"):
             counts_E = layout.expert_counts(topk_idx_TK, cfg.num_experts)
             gathered = self._open_call(call_code("dispatch"), "dispatch: count exchange",
-                                       torch.cat([counts_E, counts_E.new_zeros(world)]))
+                                       torch.cat([counts_E, counts_E.new_zeros(cfg.world_size)]))
             counts_WE = gathered[:, : cfg.num_experts]
         with timer.phase("dispatch: plan"):
-            plan = plan_balance(counts_WE, check=False)
+            return plan_balance(counts_WE, check=False), counts_WE
+
+    def _plan_balanced(self, x_TH, topk_idx_TK, topk_weights_TK) -> BalancedHandle:
+        cfg, timer = self.config, self.timer
+        world, rank, top_k = cfg.world_size, cfg.rank, cfg.top_k
+        plan, counts_WE = self.plan_batch(topk_idx_TK)
+        with timer.phase("dispatch: plan"):
             dest = plan.destinations(topk_idx_TK, rank, counts_WE)
             offsets_WG = segment_offsets(plan.tokens_per_segment_WG)
             valid_TK = dest.rank >= 0
