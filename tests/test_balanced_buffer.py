@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import ubep
+import ubep.ops
 from tests.balanced_workers import BalancedCase, compare_cases, disagreeing_rank
 from ubep import balanced_layer
 from ubep.backends.ascend_library import library_path
@@ -113,6 +114,10 @@ def test_one_rank_step_and_bad_input(single_rank_group):
         buf.combine(torch.zeros(7, 8), handle, reduce="expert_rank")
     with pytest.raises(ValueError, match=r"topk_idx values must be in \[-1, 2\)"):
         buf.dispatch(x, idx + 1, gate)
+    with pytest.raises(RuntimeError, match="is a BalancedBuffer, whose rows are segments"):
+        ubep.ops.dispatch(buf, x, idx, gate)
+    with pytest.raises(ValueError, match="backend must be one of .* for a BalancedBuffer, got 'auto'"):
+        _buffer(backend="auto")
     with pytest.raises(ValueError, match=r"weight_shapes\[1\] must have 1 to 4 dimensions"):
         _buffer(weight_shapes=[(8, 4), ()])
     with pytest.raises(ValueError, match="weight_shapes must be a sequence of 1 to 8 shapes"):

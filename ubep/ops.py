@@ -57,6 +57,9 @@ def buffer_of(buffer: int) -> Buffer:
     if buf._backend.destroyed:
         raise RuntimeError(f"ubep op: the Buffer of op id {buffer} was destroyed (Buffer.destroy()); "
                            "create a new Buffer and use its op id")
+    if buf.balance != "none":
+        raise RuntimeError(f"ubep op: op id {buffer} is a BalancedBuffer, whose rows are segments of a "
+                           "per-batch plan the ops do not carry; call its own dispatch and combine")
     return buf
 
 
