@@ -83,10 +83,12 @@ def compare_cases(rank: int, world: int, cases: list[BalancedCase]) -> list[dict
 
 
 def disagreeing_rank(rank: int, world: int, what: str) -> None:
-    """Rank 0 makes a BalancedBuffer; rank 1 one with other weight shapes, or a plain Buffer."""
+    """Rank 0 makes a BalancedBuffer; rank 1 one with other weight shapes, its rows on another
+    backend, or a plain Buffer."""
     shape = {"hidden": 8, "num_experts": 2 * world, "top_k": 2, "max_tokens_per_rank": 4}
     if what == "plain" and rank == 1:
         ubep.Buffer(**shape)
     else:
-        inner = 4 if rank == 0 or what == "plain" else 6
-        BalancedBuffer(**shape, weight_shapes=[(8, inner), (inner, 8)])
+        inner = 6 if rank == 1 and what == "shapes" else 4
+        rows = "ascend" if rank == 1 and what == "rows" else "reference"
+        BalancedBuffer(**shape, weight_shapes=[(8, inner), (inner, 8)], backend=rows)

@@ -133,8 +133,10 @@ def _plain():
 
 
 @pytest.mark.parametrize("what, message", [
-    ("shapes", r"weight_shapes and weight_dtype are \[\(8, 4\), \(4, 8\)\] float32 on ranks \[0\], "
-               r"\[\(8, 6\), \(6, 8\)\] float32 on ranks \[1\]"),
+    ("shapes", r"weight_shapes, weight_dtype and backend are \[\(8, 4\), \(4, 8\)\] float32, rows on "
+               r"reference on ranks \[0\], \[\(8, 6\), \(6, 8\)\] float32, rows on reference on ranks \[1\]"),
+    ("rows", r"weight_shapes, weight_dtype and backend are \[\(8, 4\), \(4, 8\)\] float32, rows on "
+             r"reference on ranks \[0\], \[\(8, 4\), \(4, 8\)\] float32, rows on ascend on ranks \[1\]"),
     ("plain", r"balance is 'redundant' on ranks \[0\], 'none' on ranks \[1\]"),
 ])
 def test_ranks_that_disagree_raise_on_every_rank(what, message):

@@ -63,9 +63,10 @@ def _check_shapes(weight_shapes: object) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(shape) for shape in weight_shapes)
 
 
-def _pool_row(shapes: tuple[tuple[int, ...], ...], dtype: torch.dtype) -> torch.Tensor:
-    """``[1 + MAX_WEIGHTS * (1 + MAX_DIMS)]`` int64: the dtype, then each shape's rank and sizes."""
-    row = [WEIGHT_DTYPES.index(dtype)]
+def _pool_row(shapes: tuple[tuple[int, ...], ...], dtype: torch.dtype, backend: str) -> torch.Tensor:
+    """``[2 + MAX_WEIGHTS * (1 + MAX_DIMS)]`` int64: the rows' backend, the dtype, then each shape's
+    rank and sizes."""
+    row = [ROW_BACKENDS.index(backend), WEIGHT_DTYPES.index(dtype)]
     for i in range(MAX_WEIGHTS):
         shape = shapes[i] if i < len(shapes) else ()
         row += [len(shape), *shape, *[0] * (MAX_DIMS - len(shape))]
@@ -73,13 +74,13 @@ def _pool_row(shapes: tuple[tuple[int, ...], ...], dtype: torch.dtype) -> torch.
 
 
 def _pool_of_row(row: list[int]) -> str:
-    dtype, rest = WEIGHT_DTYPES[row[0]], row[1:]
+    backend, dtype, rest = ROW_BACKENDS[row[0]], WEIGHT_DTYPES[row[1]], row[2:]
     shapes = []
     for i in range(MAX_WEIGHTS):
         ndim, *sizes = rest[i * (1 + MAX_DIMS) : (i + 1) * (1 + MAX_DIMS)]
         if ndim:
             shapes.append(tuple(sizes[:ndim]))
-    return f"{shapes} {str(dtype).removeprefix('torch.')}"
+    return f"{shapes} {str(dtype).removeprefix('torch.')}, rows on {backend}"
 
 
 class BalancedBuffer(Buffer):
@@ -117,7 +118,7 @@ class BalancedBuffer(Buffer):
                          max_tokens_per_rank=max_tokens_per_rank, dtype=dtype, backend="reference",
                          device=device, timeout_s=timeout_s, check_inputs=check_inputs,
                          profile=profile)
-        self._agree_pool(group)
+        self._agree_pool(group, backend)
         local = self.config.num_local_experts
         self.weight_numel = sum(torch.Size(s).numel() for s in self.weight_shapes)
         self._pool = [[torch.empty(s, dtype=weight_dtype, device=self.device)
@@ -132,12 +133,13 @@ class BalancedBuffer(Buffer):
     def _make_backend(self, name: str, group: dist.ProcessGroup | None) -> Backend:
         return BalancedReferenceBackend(self.config, group, self.device)
 
-    def _agree_pool(self, group: dist.ProcessGroup | None) -> None:
-        """Every rank shows its pool's shapes and dtype (the Buffer's own agreement has already
-        shown that every rank made a BalancedBuffer); ``ValueError`` on every rank if they differ."""
+    def _agree_pool(self, group: dist.ProcessGroup | None, backend: str) -> None:
+        """Every rank shows its pool's shapes and dtype and its rows' backend (the Buffer's own
+        agreement has already shown that every rank made a BalancedBuffer); ``ValueError`` on every
+        rank if they differ, before the row Buffer's own collectives."""
         cfg = self.config
         table = collectives.all_gather(
-            _pool_row(self.weight_shapes, self.weight_dtype).to(self.device), group,
+            _pool_row(self.weight_shapes, self.weight_dtype, backend).to(self.device), group,
             phase="BalancedBuffer: weight pool check", rank=cfg.rank, timeout_s=cfg.timeout_s).cpu()
         ranks_of: dict[str, list[int]] = {}
         for rank, row in enumerate(table.tolist()):
@@ -145,7 +147,7 @@ class BalancedBuffer(Buffer):
         if len(ranks_of) > 1:
             seen = ", ".join(f"{pool} on ranks {ranks}" for pool, ranks in ranks_of.items())
             raise ValueError(f"ubep rank {cfg.rank}: the ranks' BalancedBuffers disagree: "
-                             f"weight_shapes and weight_dtype are {seen} (every rank of the group "
+                             f"weight_shapes, weight_dtype and backend are {seen} (every rank of the group "
                              f"must create the same BalancedBuffer)")
 
     @property
