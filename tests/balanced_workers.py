@@ -78,6 +78,31 @@ def compare_rank(rank: int, world: int, case: BalancedCase) -> dict:
             "borrowed": plan.borrowed_WL[rank].tolist(), "targets": plan.targets_W.tolist()}
 
 
+def compare_rank_on_gpu(rank: int, world: int, case: BalancedCase) -> dict:
+    """The balanced layer with its rows on the cuda backend against the unbalanced reference layer
+    on the same GPU, bit for bit (outputs and every gradient), over an NCCL group; and the rows
+    each rank computed."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    experts = case.experts_per_rank * world
+    shape = {"hidden": case.hidden, "num_experts": experts, "top_k": case.top_k,
+             "max_tokens_per_rank": max(max(case.tokens), 1), "dtype": case.dtype, "device": dev}
+    balanced = BalancedBuffer(**shape, weight_shapes=[(case.hidden, case.intermediate),
+                                                      (case.intermediate, case.hidden)], backend="cuda")
+    plain = ubep.Buffer(**shape, backend="reference")
+    weights = exact_weights(case.hidden, case.intermediate, case.seed, range(experts))
+    own = [[w.to(dev) for w in ws] for ws in weights[rank * case.experts_per_rank :
+                                                     (rank + 1) * case.experts_per_rank]]
+    inputs = [t.to(dev) for t in case_inputs(case, rank, world)]
+    got = balanced_layer.balanced_step(balanced, *inputs, own)
+    ref = balanced_layer.unbalanced_step(plain, *inputs, own)
+    same = [torch.equal(got[i], ref[i]) for i in range(3)]
+    same.append(all(_same(g, r) for g, r in zip(got[3], ref[3], strict=True)))
+    rows_backend = balanced.rows_backend
+    balanced.destroy()
+    return {"same": same, "rows_backend": rows_backend, "rows": int(got[4].tokens_per_segment.sum()),
+            "targets": got[4].plan.targets_W.tolist()}
+
+
 def compare_cases(rank: int, world: int, cases: list[BalancedCase]) -> list[dict]:
     return [compare_rank(rank, world, case) for case in cases]
 

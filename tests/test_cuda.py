@@ -99,6 +99,20 @@ def test_compact_dispatch_refuses_a_cuda_graph():
     run_on_gpus(compact_capture_case, 1, timeout_s=300)
 
 
+@pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices (the plan and weights go over NCCL)")
+def test_balanced_layer_with_rows_on_cuda_is_bitwise():
+    """BalancedBuffer(backend="cuda"): its rows through the cuda backend's dispatch and combine of
+    W * 2L virtual experts; outputs and gradients equal the unbalanced reference layer's bits."""
+    from tests.balanced_workers import BalancedCase, compare_rank_on_gpu
+    from ubep.launch import run_ranks
+
+    case = BalancedCase(tokens=(16, 16), top_k=3, hot=(0, 1), dtype=torch.bfloat16, hidden=64,
+                        intermediate=16, seed=3)
+    for r, res in enumerate(run_ranks(compare_rank_on_gpu, 2, case, pg_backend="nccl", timeout_s=300)):
+        assert res["same"] == [True] * 4 and res["rows_backend"] == "cuda", (r, res)
+        assert res["rows"] == res["targets"][r], (r, res)
+
+
 @pytest.mark.skipif(GPUS < 2, reason="needs at least 2 CUDA devices")
 def test_profile_measures_inside_the_kernels(tmp_path):
     pytest.importorskip("matplotlib")
