@@ -2,7 +2,7 @@
 
 Each call is one kernel launch of ``NPU_AIVS`` AIVs on an NPU (``TWIN_AIVS`` threads on the CPU twin):
 ``dispatch`` (a count group and a token group of AIVs, split by the op's host tiling; Data-as-Flag rows
-into peer windows, the hop-aware mapper) or
+into peer windows, UBEP's hop-balanced mapper) or
 ``combine`` (rows back to their sources, reduced there). ``dispatch_like`` runs the dispatch kernel again
 on the handle's routing; ``return_pair_values`` is the combine kernel in its ``pairs`` mode (one fp32 per
 row back to its ``(t, k)`` slot).
