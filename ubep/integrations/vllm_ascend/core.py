@@ -17,8 +17,9 @@ the input as vllm-ascend's dataclasses hold it (``MoETokenDispatchInput``: ``hid
 
 The two Buffers may sit on two groups of the same ranks in the same order (``prefill_group``): on the
 ascend backend each group's window then holds one layout for good, so no call re-prepares a window,
-and an ACL graph may capture the padded calls (the compact layout reads its size on the host and is
-never captured; the reference backend synchronizes with the host and is never captured either).
+and an ACL graph may capture the padded calls (inside a capture the Buffer refuses a compact dispatch,
+which reads its size on the host, and the reference backend any dispatch: it synchronizes with the
+host).
 
 ``group_list`` is the per-local-expert count (``group_list_type=1``) and ``token_combine`` returns
 ``[T, H]`` weighted by the gate weights (fp32 sums in ascending k, docs/SEMANTICS.md). The layout of a
