@@ -224,15 +224,16 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _probe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    if args.blocks > 32:
-        parser.error(f"--blocks {args.blocks} must be <= 32 (a probe row fits an AIV's UB)")
+    from ubep.backends.ascend_probe import MAX_BLOCKS, probe_rank
+
+    if args.blocks > MAX_BLOCKS:
+        parser.error(f"--blocks {args.blocks} must be <= {MAX_BLOCKS} (a probe row fits an AIV's UB)")
     path = library_path()
     if path is None or not path.exists():
         return _say_problem("probe", f"the Ascend operator library is not built: run ./build.sh test "
                             f"(the CPU twin) or ./build.sh npu, or set {LIB_ENV}")
     if args.device == "npu" and importlib.util.find_spec("torch_npu") is None:
         return _say_problem("probe", "--device npu needs torch_npu, which is not installed here")
-    from ubep.backends.ascend_probe import probe_rank
     from ubep.launch import run_ranks
 
     results = run_ranks(probe_rank, args.ranks, args.rounds, args.blocks, args.timeout,

@@ -46,6 +46,18 @@ inline ops::OpAICoreConfig AiCoreConfig() {
   return config;
 }
 
+// What every OpDef ends with: its host tiling and shape inference, vllm-ascend's AI Core config on
+// A3, and the HCCL group of its "group" attribute.
+inline void FinishOpDef(ops::OpDef& def, gert::OpImplRegisterV2::TilingKernelFunc tiling,
+                        gert::OpImplRegisterV2::InferShapeKernelFunc infer_shape,
+                        gert::OpImplRegisterV2::InferDataTypeKernelFunc infer_dtype) {
+  def.AICore().SetTiling(tiling);
+  def.SetInferShape(infer_shape).SetInferDataType(infer_dtype);
+  ops::OpAICoreConfig config = AiCoreConfig();  // AddConfig takes it by non-const reference
+  def.AICore().AddConfig("ascend910_93", config);
+  def.MC2().HcclGroup("group");
+}
+
 // Attribute i of the op, in the order its OpDef declares them (tiling and shape inference alike).
 template <typename T, class Context>
 inline T Attr(const Context* ctx, size_t i) {

@@ -68,12 +68,9 @@ class UbepCombine : public OpDef {
     this->Attr("call_code").AttrType(REQUIRED).Int();
     this->Attr("n_workers").AttrType(REQUIRED).Int();
     this->Attr("timeout_s").AttrType(REQUIRED).Float();
-    this->AICore().SetTiling(ubep_ascend::mc2::CombineTilingFunc);
-    this->SetInferShape(ubep_ascend::mc2::CombineInferShape)
-        .SetInferDataType(ubep_ascend::mc2::CombineInferDataType);
-    OpAICoreConfig config = ubep_ascend::mc2::AiCoreConfig();  // AddConfig takes it by non-const reference
-    this->AICore().AddConfig("ascend910_93", config);
-    this->MC2().HcclGroup("group");
+    ubep_ascend::mc2::FinishOpDef(*this, ubep_ascend::mc2::CombineTilingFunc,
+                                  ubep_ascend::mc2::CombineInferShape,
+                                  ubep_ascend::mc2::CombineInferDataType);
   }
 };
 

@@ -66,12 +66,9 @@ class UbepDispatch : public OpDef {
     this->Attr("call_code").AttrType(REQUIRED).Int();
     this->Attr("n_workers").AttrType(REQUIRED).Int();
     this->Attr("timeout_s").AttrType(REQUIRED).Float();
-    this->AICore().SetTiling(ubep_ascend::mc2::DispatchTilingFunc);
-    this->SetInferShape(ubep_ascend::mc2::DispatchInferShape)
-        .SetInferDataType(ubep_ascend::mc2::DispatchInferDataType);
-    OpAICoreConfig config = ubep_ascend::mc2::AiCoreConfig();  // AddConfig takes it by non-const reference
-    this->AICore().AddConfig("ascend910_93", config);
-    this->MC2().HcclGroup("group");
+    ubep_ascend::mc2::FinishOpDef(*this, ubep_ascend::mc2::DispatchTilingFunc,
+                                  ubep_ascend::mc2::DispatchInferShape,
+                                  ubep_ascend::mc2::DispatchInferDataType);
   }
 };
 

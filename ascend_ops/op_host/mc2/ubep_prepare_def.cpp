@@ -58,12 +58,9 @@ class UbepPrepare : public OpDef {
     this->Attr("sync").AttrType(REQUIRED).String();
     this->Attr("n_workers").AttrType(REQUIRED).Int();
     this->Attr("timeout_s").AttrType(REQUIRED).Float();
-    this->AICore().SetTiling(ubep_ascend::mc2::PrepareTilingFunc);
-    this->SetInferShape(ubep_ascend::mc2::PrepareInferShape)
-        .SetInferDataType(ubep_ascend::mc2::PrepareInferDataType);
-    OpAICoreConfig config = ubep_ascend::mc2::AiCoreConfig();  // AddConfig takes it by non-const reference
-    this->AICore().AddConfig("ascend910_93", config);
-    this->MC2().HcclGroup("group");
+    ubep_ascend::mc2::FinishOpDef(*this, ubep_ascend::mc2::PrepareTilingFunc,
+                                  ubep_ascend::mc2::PrepareInferShape,
+                                  ubep_ascend::mc2::PrepareInferDataType);
   }
 };
 

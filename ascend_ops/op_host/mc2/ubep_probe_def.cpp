@@ -59,11 +59,9 @@ class UbepProbe : public OpDef {
     this->Attr("timeout_s").AttrType(REQUIRED).Float();
     this->Attr("rounds").AttrType(REQUIRED).Int();
     this->Attr("blocks").AttrType(REQUIRED).Int();
-    this->AICore().SetTiling(ubep_ascend::mc2::ProbeTilingFunc);
-    this->SetInferShape(ubep_ascend::mc2::ProbeInferShape).SetInferDataType(ubep_ascend::mc2::ProbeInferDataType);
-    OpAICoreConfig config = ubep_ascend::mc2::AiCoreConfig();  // AddConfig takes it by non-const reference
-    this->AICore().AddConfig("ascend910_93", config);
-    this->MC2().HcclGroup("group");
+    ubep_ascend::mc2::FinishOpDef(*this, ubep_ascend::mc2::ProbeTilingFunc,
+                                  ubep_ascend::mc2::ProbeInferShape,
+                                  ubep_ascend::mc2::ProbeInferDataType);
   }
 };
 

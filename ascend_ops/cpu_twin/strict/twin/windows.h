@@ -86,10 +86,25 @@ inline void lock(uint32_t* l) {
 }
 inline void unlock(uint32_t* l) { __atomic_store_n(l, 0u, __ATOMIC_RELEASE); }
 
+// The colon-separated integers of environment variable `name` ("a:b:c") into out[0, n); a field
+// not given keeps its value. Whether the variable is set.
+inline bool env_ints(const char* name, int64_t* out, int n) {
+  const char* v = std::getenv(name);
+  if (!v) return false;
+  for (int i = 0; i < n; ++i) {
+    char* end = nullptr;
+    out[i] = std::strtoll(v, &end, 10);
+    if (*end != ':') break;
+    v = end + 1;
+  }
+  return true;
+}
+
 inline int64_t jitter_us() {
   static const int64_t us = [] {
-    const char* v = std::getenv("UBEP_TWIN_JITTER_US");
-    return v ? std::atoll(v) : 0;
+    int64_t v = 0;
+    env_ints("UBEP_TWIN_JITTER_US", &v, 1);
+    return v;
   }();
   return us;
 }
@@ -105,15 +120,9 @@ struct SlowAiv {
 
 inline const SlowAiv& slow_aiv() {
   static const SlowAiv slow = [] {
-    SlowAiv s;
-    const char* v = std::getenv("UBEP_TWIN_SLOW_AIV");
-    if (v) {
-      char* end = nullptr;
-      s.die = std::strtoll(v, &end, 10);
-      if (*end == ':') s.aiv = std::strtoll(end + 1, &end, 10);
-      if (*end == ':') s.us = std::strtoll(end + 1, &end, 10);
-    }
-    return s;
+    int64_t f[3] = {-1, -1, 0};
+    env_ints("UBEP_TWIN_SLOW_AIV", f, 3);
+    return SlowAiv{f[0], f[1], f[2]};
   }();
   return slow;
 }
@@ -124,17 +133,13 @@ struct Piece {
 
 inline const Piece& piece() {
   static const Piece p = [] {
-    Piece q;
-    const char* v = std::getenv("UBEP_TWIN_PIECE");
-    if (v) {
-      char* end = nullptr;
-      q.bytes = std::strtoll(v, &end, 10);
-      if (*end == ':') q.us = std::strtoll(end + 1, &end, 10);
-      if (q.bytes != 64 && q.bytes != 128 && q.bytes != 256 && q.bytes != GM_TRANSACTION) {
-        Fail("UBEP_TWIN_PIECE: the piece must be 64, 128, 256 or 512 bytes, got '" + std::string(v) + "'");
-      }
+    int64_t f[2] = {GM_TRANSACTION, 0};
+    const bool set = env_ints("UBEP_TWIN_PIECE", f, 2);
+    if (set && f[0] != 64 && f[0] != 128 && f[0] != 256 && f[0] != GM_TRANSACTION) {
+      Fail("UBEP_TWIN_PIECE: the piece must be 64, 128, 256 or 512 bytes, got '" +
+           std::string(std::getenv("UBEP_TWIN_PIECE")) + "'");
     }
-    return q;
+    return Piece{f[0], f[1]};
   }();
   return p;
 }
