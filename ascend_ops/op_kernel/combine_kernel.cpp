@@ -53,7 +53,7 @@ class CombineKernel {
     c_.InitBuffers(pipe);
     c_.TakeCallNumber();
     c_.InitSentinel(pipe, f_);
-    route_.Init(topk_idx, topk_weights, t_->num_tokens * K, pipe);
+    route_.Init(topk_idx, topk_weights, t_->num_tokens, K, pipe);
     pipe->InitBuffer(wire_buf_, static_cast<uint32_t>(f_.row_stride()));
     pipe->InitBuffer(row_buf_, static_cast<uint32_t>(RoundUp32(f_.row_bytes())));
     pipe->InitBuffer(acc_buf_, static_cast<uint32_t>(4 * H_));
@@ -156,7 +156,7 @@ class CombineKernel {
 
   // acc = sum over k ascending of w * o for the loaded slot's pairs here, rounded to T; returns the
   // bytes to send (fp32: acc itself; else row_buf), readable by the scalar. acc and term: V only;
-  // row_buf: MTE2 in, V reads, V writes the rounded sum, the scalar encodes it.
+  // row_buf: MTE2 in, V reads, V writes the rounded sum, SendRow encodes it.
   __aicore__ inline LocalTensor<uint8_t> SumLocalPairs() {
     const int64_t K = t_->top_k;
     const LocalTensor<float> acc = acc_buf_.Get<float>();
@@ -222,7 +222,8 @@ class CombineKernel {
   }
 
   // Rows from peer d, in the order d sent them: this die's pairs (or tokens) for d in (t, k) order.
-  // row_buf: the scalar decodes, MTE3 keeps it in the workspace (MTE3 -> S before the next decode).
+  // row_buf: the decode writes it (V, then V -> S), MTE3 keeps it in the workspace (MTE3 -> S
+  // before the next decode).
   __aicore__ inline bool ReceiveFrom(int64_t d) {
     const int64_t K = t_->top_k;
     const uint64_t epoch = c_.epoch;

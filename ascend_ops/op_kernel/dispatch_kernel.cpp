@@ -1,11 +1,13 @@
 // Dispatch, AIV-only, in two worker groups that run at once (no SyncAll on the path):
 //
 // count group, AIVs [0, n_count): per destination d, count this die's pairs for d's experts and
-//   its tokens and pairs for d; write the count message into d's window. Then per source s, wait
+//   its tokens and pairs for d (vector counts over the routing, ep_scan.h); write the count
+//   message into d's window. Then per source s, wait
 //   for s's message, copy it to the workspace, bump CNT_COUNTS_IN. AIV 0 waits for all W, runs
 //   CalCumSum (RowBase: the deterministic receive rows of ubep::row_base) and raises CNT_BASES_READY.
-// token group, AIVs [n_count, n_count + n_token): UBEP's mapper (HopBalancedPieces, ubep::
-//   hop_balanced) cuts each hop class's token sequence into equal slices, one per AIV; each AIV
+// token group, AIVs [n_count, n_count + n_token): each AIV counts this die's tokens per destination
+//   (ep_scan.h); UBEP's mapper (HopBalancedPieces, ubep::hop_balanced) cuts each hop class's
+//   token sequence into equal slices, one per AIV; each AIV
 //   sends its tokens once per destination die (relay) into staging rows indexed by the token's
 //   ordinal among this die's tokens for that destination, so no global offset is needed to send.
 //   Each row carries its route (pair base, local expert, per-(source, expert) order and gate weight
@@ -25,6 +27,7 @@
 #include "ep_map.h"
 #include "op_tiling.h"
 #include "ep_routing.h"
+#include "ep_scan.h"
 
 namespace ubep_ascend {
 
@@ -53,7 +56,7 @@ class DispatchKernel {
     c_.InitBuffers(pipe);
     c_.TakeCallNumber();
     c_.InitSentinel(pipe, f_);
-    route_.Init(topk_idx, topk_weights, t_->num_tokens * K, pipe);
+    route_.Init(topk_idx, topk_weights, t_->num_tokens, K, pipe);
     pipe->InitBuffer(wire_buf_, static_cast<uint32_t>(f_.row_stride()));
     pipe->InitBuffer(row_buf_, static_cast<uint32_t>(RoundUp32(f_.row_bytes())));
     pipe->InitBuffer(msg_buf_, static_cast<uint32_t>(t_->cnt_stride));
@@ -71,6 +74,12 @@ class DispatchKernel {
     o_w_ = o_counts_ + 32;
     pipe->InitBuffer(out_buf_, static_cast<uint32_t>(o_w_ + 32 * K));
     pipe->InitBuffer(bases_buf_, static_cast<uint32_t>(RoundUp32(8 * L)));
+    // Per window of the routing, the count group counts its destinations' L experts and tokens
+    // (tallied per destination: L pair counts, pairs, tokens), the token group the tokens for
+    // every die.
+    const int64_t mine = GetBlockIdx() < t_->n_count ? (W - GetBlockIdx() + t_->n_count - 1) / t_->n_count : 0;
+    scan_.Init(K, L, route_.WindowTokens(K), GetBlockIdx() < t_->n_count ? mine * (L + 1) : W, pipe);
+    pipe->InitBuffer(tally_buf_, static_cast<uint32_t>(RoundUp32(8 * (mine > 0 ? mine * (L + 2) : 1))));
   }
 
   __aicore__ inline void Process() {
@@ -86,32 +95,47 @@ class DispatchKernel {
 
   // ---- count group --------------------------------------------------------------------------
 
-  // msg: V fills zeros, the scalar counts, MTE3 sends; then MTE2 takes a source's entry in and
-  // MTE3 keeps it in the workspace.
+  // tally (scalar): the vector counts of the routing, window by window, per destination of this
+  // AIV. msg: V fills zeros, the scalar writes the tally, MTE3 sends; then MTE2 takes a source's
+  // entry in and MTE3 keeps it in the workspace.
   __aicore__ inline void CountGroup(int64_t me) {
-    const int64_t W = t_->world, L = t_->local_experts, K = t_->top_k;
+    const int64_t W = t_->world, L = t_->local_experts, n = t_->n_count;
+    const int64_t mine = (W - me + n - 1) / n, stride = L + 2;
+    const LocalTensor<int64_t> tally = tally_buf_.Get<int64_t>();
+    for (int64_t i = 0; i < mine * stride; ++i) tally.SetValue(static_cast<uint32_t>(i), 0);
+    for (int64_t w = 0; w < route_.Windows(); ++w) {
+      ScanWindow(w);
+      for (int64_t j = 0; j < mine; ++j) {
+        const int64_t d = me + j * n;
+        for (int64_t l = 0; l < L; ++l) scan_.PairsOf(d * L + l, j * (L + 1) + l);
+        scan_.TokensOn(d, j * (L + 1) + L);
+      }
+      scan_.Collect();
+      for (int64_t j = 0; j < mine; ++j) {
+        for (int64_t l = 0; l < L; ++l) {
+          const int64_t c = scan_.Pairs(j * (L + 1) + l);
+          Tally(tally, j * stride + l, c);
+          Tally(tally, j * stride + L, c);
+        }
+        Tally(tally, j * stride + L + 1, scan_.Tokens(j * (L + 1) + L));
+      }
+    }
     const LocalTensor<uint64_t> msg = msg_buf_.Get<uint64_t>();
-    for (int64_t d = me; d < W; d += t_->n_count) {
+    for (int64_t j = 0; j < mine; ++j) {
       Sync<HardEvent::MTE3_V>();  // the previous message's copies have read msg
       Duplicate<int32_t>(msg.ReinterpretCast<int32_t>(), 0, static_cast<int32_t>(t_->cnt_stride / 4));
       Sync<HardEvent::V_S>();
-      for (int64_t tok = 0; tok < t_->num_tokens; ++tok) {
-        bool any = false;
-        for (int64_t k = 0; k < K; ++k) {
-          if (Dest(tok * K + k) != d) continue;
-          any = true;
-          const uint32_t at = static_cast<uint32_t>(6 + route_.Expert(tok * K + k) % L);
-          msg.SetValue(at, msg.GetValue(at) + 1);
-          msg.SetValue(5, msg.GetValue(5) + 1);
-        }
-        if (any) msg.SetValue(4, msg.GetValue(4) + 1);
+      for (int64_t l = 0; l < L; ++l) {
+        msg.SetValue(static_cast<uint32_t>(6 + l), static_cast<uint64_t>(tally.GetValue(static_cast<uint32_t>(j * stride + l))));
       }
-      SendCountMessage(c_, d, msg, 2 + L);
+      msg.SetValue(5, static_cast<uint64_t>(tally.GetValue(static_cast<uint32_t>(j * stride + L))));
+      msg.SetValue(4, static_cast<uint64_t>(tally.GetValue(static_cast<uint32_t>(j * stride + L + 1))));
+      SendCountMessage(c_, me + j * n, msg, 2 + L);
     }
     // msg's copies out have finished before copies into it; the message to this die's own window,
     // which this AIV may poll below, has landed.
     Sync<HardEvent::MTE3_MTE2>();
-    for (int64_t s = me; s < W; s += t_->n_count) {
+    for (int64_t s = me; s < W; s += n) {
       const GlobalTensor<uint64_t> entry = CountEntry(c_, s);
       if (!c_.Poll(PHASE_COUNTS, s, WordsAre{&c_, entry, c_.epoch, 0, 1})) return;
       DataCopy(msg, entry[4], static_cast<uint32_t>(row_words_));
@@ -121,6 +145,17 @@ class DispatchKernel {
       c_.Bump(CNT_COUNTS_IN);  // its read-back MTE3_MTE2 also makes the next entry wait for this copy
     }
     if (me == 0) CalCumSum();
+  }
+
+  // Routing window w, loaded and prepared for the vector counts.
+  __aicore__ inline void ScanWindow(int64_t w) {
+    int64_t pairs = 0;
+    const LocalTensor<int64_t> ids = route_.LoadWindow(w, &pairs);
+    scan_.Prepare(ids, pairs);
+  }
+
+  __aicore__ inline void Tally(const LocalTensor<int64_t>& tally, int64_t i, int64_t add) {
+    tally.SetValue(static_cast<uint32_t>(i), tally.GetValue(static_cast<uint32_t>(i)) + add);
   }
 
   // Row bases of every (source, local expert) from the gathered counts, and tokens_per_expert.
@@ -142,22 +177,20 @@ class DispatchKernel {
 
   // ---- token group: send --------------------------------------------------------------------
 
-  // sched (scalar only): tokens per destination, the mapper's order, cumsum and pieces, per-expert
-  // orders.
+  // sched (scalar only): tokens per destination (from the vector counts), the mapper's order,
+  // cumsum and pieces, per-expert orders.
   __aicore__ inline void TokenGroup(int64_t me) {
-    const int64_t W = t_->world, n = t_->n_token, K = t_->top_k, w4 = (W + 3) / 4 * 4;
+    const int64_t W = t_->world, n = t_->n_token, w4 = (W + 3) / 4 * 4;
     const LocalTensor<int64_t> s = sched_buf_.Get<int64_t>();
     const LocalTensor<int64_t> counts = s, order = s[static_cast<uint32_t>(w4)],
                                cumsum = s[static_cast<uint32_t>(2 * w4)], pieces = s[static_cast<uint32_t>(3 * w4)];
     seen_ = s[static_cast<uint32_t>(6 * w4)];
     for (int64_t d = 0; d < W; ++d) counts.SetValue(static_cast<uint32_t>(d), 0);
-    for (int64_t tok = 0; tok < t_->num_tokens; ++tok) {
-      for (int64_t k = 0; k < K; ++k) {
-        const int64_t d = Dest(tok * K + k);
-        if (d >= 0 && FirstPairOn(tok, k, d)) {
-          counts.SetValue(static_cast<uint32_t>(d), counts.GetValue(static_cast<uint32_t>(d)) + 1);
-        }
-      }
+    for (int64_t w = 0; w < route_.Windows(); ++w) {
+      ScanWindow(w);
+      for (int64_t d = 0; d < W; ++d) scan_.TokensOn(d, d);
+      scan_.Collect();
+      for (int64_t d = 0; d < W; ++d) Tally(counts, d, scan_.Tokens(d));
     }
     const int64_t num = HopBalancedPieces(counts, W, t_->rank, t_->dies_per_npu, t_->dies_per_board, n, me, order,
                                           cumsum, pieces);
@@ -179,14 +212,6 @@ class DispatchKernel {
     for (int64_t src = me; src < W; src += n) {
       if (!Receive(src)) return;
     }
-  }
-
-  // Whether k is the first of the token's pairs that goes to die d.
-  __aicore__ inline bool FirstPairOn(int64_t tok, int64_t k, int64_t d) {
-    for (int64_t j = 0; j < k; ++j) {
-      if (Dest(tok * t_->top_k + j) == d) return false;
-    }
-    return true;
   }
 
   __aicore__ inline bool TokenGoesTo(int64_t tok, int64_t d) {
@@ -311,6 +336,7 @@ class DispatchKernel {
   Ctx c_;
   ubep::WireFormat f_;
   Routing route_;
+  RouteScan scan_;
   GM_ADDR x_;
   GM_ADDR recv_x_;
   GlobalTensor<int64_t> tpe_;
@@ -318,7 +344,7 @@ class DispatchKernel {
   GlobalTensor<int32_t> rows_, pair_base_, counts_out_;
   int64_t row_bytes_, row_words_, o_pw_, o_base_, o_counts_, o_w_;
   LocalTensor<int64_t> seen_;
-  TBuf<TPosition::VECCALC> wire_buf_, row_buf_, msg_buf_, sched_buf_, out_buf_, bases_buf_;
+  TBuf<TPosition::VECCALC> wire_buf_, row_buf_, msg_buf_, sched_buf_, out_buf_, bases_buf_, tally_buf_;
 };
 
 }  // namespace ubep_ascend

@@ -277,12 +277,14 @@ __aicore__ inline void LoadWire(const LocalTensor<uint8_t>& wire, GM_ADDR src, i
   Sync<HardEvent::MTE2_S>();
 }
 
-// Row r of a batch: `row` (UB, row_bytes; the caller ordered its writer before the scalar) encoded
-// into `wire` and copied to `dst` in a peer's window; its record share added at `acc` when the
-// batch will need one (dc always, sp on a collision).
+// Row r of a batch: `row` (UB, row_bytes; the caller ordered its writers before the scalar, or a
+// vector writer before V) encoded into `wire` and copied to `dst` in a peer's window; its record
+// share added at `acc` when the batch will need one (dc always, sp on a collision). The encode's
+// V -> S leaves `row` free for the scalar and, after it, for MTE2.
 __aicore__ inline void SendRow(Ctx& c, const ubep::WireFormat& f, const LocalTensor<uint8_t>& row, int64_t r,
                                const LocalTensor<uint8_t>& wire, GM_ADDR dst, const GlobalTensor<int32_t>& acc) {
-  Sync<HardEvent::MTE3_S>();  // the previous row's copy out of the wire has finished
+  Sync<HardEvent::S_V>();     // the scalar's writes of `row` are done
+  Sync<HardEvent::MTE3_V>();  // the previous row's copy out of the wire has finished
   uint32_t lanes[2] = {0, 0};
   const bool collide = EncodeRow(f, row, r, c.epoch, wire, lanes);
   Sync<HardEvent::S_MTE3>();

@@ -1,15 +1,17 @@
 // One row's Data-as-Flag wire blocks (docs/PROTOCOL.md; ubep/protocol.h is the specification and
-// tests/vectors/protocol.json its check), encoded and decoded in UB by the scalar unit through
-// LocalTensor GetValue/SetValue (A2/A3: GetPhyAddr() is a UB offset, not a pointer). A row of
-// row_bytes is cut into blocks of block_bytes, each carrying payload_bytes of the row at
-// payload_offset; the first flag_bytes of a block are what synchronization reads.
+// tests/vectors/protocol.json its check), encoded and decoded in UB. A row of row_bytes is cut into
+// blocks of block_bytes, each carrying payload_bytes of the row at payload_offset; the first
+// flag_bytes of a block are what synchronization reads.
 //
-// Rows are whole 16- or 32-bit elements and every block offset, payload offset and flag size is a
-// multiple of 4, so the code moves 32-bit words and at most one 16-bit tail per block (scalar UB
-// accesses must be aligned to their size).
+// The payload moves on the vector unit (UB -> UB DataCopy, whole 32-byte units): the kernels'
+// formats (ep_tiling.h, VectorFormat below) start every payload 32-byte aligned in its block and in
+// the row. The scalar unit (LocalTensor GetValue/SetValue; A2/A3: GetPhyAddr() is a UB offset, not
+// a pointer) writes and reads the flag words and the last block's sub-32-byte tail. Rows are whole
+// 16- or 32-bit elements and every flag size is a multiple of 4, so the scalar moves 32-bit words
+// and at most one 16-bit tail (scalar UB accesses must be aligned to their size).
 #pragma once
 
-#include "kernel_operator.h"
+#include "ep_sync.h"
 #include "ubep/protocol.h"
 
 namespace ubep_ascend {
@@ -106,23 +108,59 @@ __aicore__ inline void AddRowLanes(const ubep::WireFormat& f, const LocalTensor<
   }
 }
 
+// Whether the vector unit can carry f's payloads: 32-byte aligned in the block and in the row.
+__aicore__ inline bool VectorFormat(const ubep::WireFormat& f) {
+  return f.block_bytes % 32 == 0 && f.payload_offset() % 32 == 0 && f.payload_bytes() % 32 == 0;
+}
+
+// The blocks of a row: `full` carry a whole payload; the last may carry a partial one of `tail`
+// bytes, `whole` of them in 32-byte units the vector moves.
+struct RowBlocks {
+  int64_t full, tail, whole;
+  __aicore__ inline explicit RowBlocks(const ubep::WireFormat& f)
+      : full(f.row_bytes() / f.payload_bytes()),
+        tail(f.row_bytes() - full * f.payload_bytes()),
+        whole(tail / 32 * 32) {}
+};
+
 // Row r (row_bytes of `row`) as its wire blocks (row_stride of `wire`): ubep::encode_blocks for one
 // row; dc masks with the batch-wide marker index of row r and adds the row's checksum lanes to
 // lanes[0..1]. True for an sp row with a marker equal to the sentinel (its batch needs a record).
+// V copies the payloads and zeroes the last block's whole units past its payload; V -> S; the
+// scalar writes the tail, the flags (tff) or marks and reads the markers (dc, sp). The caller
+// ordered the writers of `row` and the readers of `wire` before V; `wire` is left to the scalar.
 __aicore__ inline bool EncodeRow(const ubep::WireFormat& f, const LocalTensor<uint8_t>& row, int64_t r,
                                  uint64_t epoch, const LocalTensor<uint8_t>& wire, uint32_t* lanes) {
+  const int64_t bb = f.block_bytes, pb = f.payload_bytes(), off = f.payload_offset();
+  const RowBlocks rb(f);
+  if (rb.full > 0) {
+    AscendC::DataCopy(wire[static_cast<uint32_t>(off)], row,
+                      AscendC::DataCopyParams(static_cast<uint16_t>(rb.full), static_cast<uint16_t>(pb / 32), 0,
+                                              static_cast<uint16_t>((bb - pb) / 32)));
+  }
+  const int64_t at = rb.full * bb + off;  // the partial block's payload
+  const int64_t zeros = rb.tail > 0 ? (at + rb.tail + 31) / 32 * 32 : 0;
+  if (rb.whole > 0) {
+    AscendC::DataCopy(wire[static_cast<uint32_t>(at)], row[static_cast<uint32_t>(rb.full * pb)],
+                      static_cast<uint32_t>(rb.whole));
+  }
+  if (rb.tail > 0 && zeros < (rb.full + 1) * bb) {
+    AscendC::Duplicate<int32_t>(wire[static_cast<uint32_t>(zeros)].ReinterpretCast<int32_t>(), 0,
+                                static_cast<int32_t>(((rb.full + 1) * bb - zeros) / 4));
+  }
+  Sync<HardEvent::V_S>();
+  if (rb.tail > rb.whole) {
+    CopyBytes(wire, at + rb.whole, row, rb.full * pb + rb.whole, rb.tail - rb.whole);
+    ZeroBytes(wire, at + rb.tail, zeros);
+  }
   const LocalTensor<uint32_t> w = wire.ReinterpretCast<uint32_t>();
-  const int64_t bb = f.block_bytes, pb = f.payload_bytes(), off = f.payload_offset(), rb = f.row_bytes();
   const uint32_t lo = static_cast<uint32_t>(epoch), hi = static_cast<uint32_t>(epoch >> 32);
   bool collide = false;
   for (int64_t b = 0; b < f.blocks_per_row(); ++b) {
-    const int64_t at = b * bb, n = pb < rb - b * pb ? pb : rb - b * pb;
     if (f.mode == ubep::Mode::TFF) {  // the flag bytes precede the payload: the epoch, little-endian, repeated
-      for (int64_t j = 0; j < f.flag_bytes / 4; ++j) w.SetValue(static_cast<uint32_t>(at / 4 + j), j % 2 ? hi : lo);
+      for (int64_t j = 0; j < f.flag_bytes / 4; ++j) w.SetValue(static_cast<uint32_t>(b * bb / 4 + j), j % 2 ? hi : lo);
     }
-    CopyBytes(wire, at + off, row, b * pb, n);
-    ZeroBytes(wire, at + off + n, at + bb);
-    if (f.mode == ubep::Mode::SP && MarkerIsSentinel(f, w, at)) collide = true;
+    if (f.mode == ubep::Mode::SP && MarkerIsSentinel(f, w, b * bb)) collide = true;
   }
   if (f.mode == ubep::Mode::DC) {
     XorMarkers(f, wire, r, epoch);
@@ -138,14 +176,26 @@ __aicore__ inline uint64_t ChecksumOf(const ubep::WireFormat& f, const uint32_t*
          ubep::fmix32(lanes[0] ^ ubep::epoch_digest(epoch));
 }
 
-// Row r of an arrived batch from `wire` (dc: unmasked in place) into `row`.
+// Row r of an arrived batch from `wire` (dc: unmasked in place) into `row`, whose UB holds
+// row_bytes rounded up to 32 (the last block's payload moves in whole 32-byte units). The scalar
+// unmasks, S -> V, V copies the payloads, V -> S. The caller ordered the copy into `wire` and the
+// readers of `row` before the scalar; `row` and `wire` are left to the scalar.
 __aicore__ inline void DecodeRow(const ubep::WireFormat& f, const LocalTensor<uint8_t>& wire, int64_t r,
                                  uint64_t epoch, const LocalTensor<uint8_t>& row) {
   if (f.mode == ubep::Mode::DC) XorMarkers(f, wire, r, epoch);
-  const int64_t pb = f.payload_bytes(), rb = f.row_bytes();
-  for (int64_t b = 0; b < f.blocks_per_row(); ++b) {
-    CopyBytes(row, b * pb, wire, b * f.block_bytes + f.payload_offset(), pb < rb - b * pb ? pb : rb - b * pb);
+  Sync<HardEvent::S_V>();
+  const int64_t bb = f.block_bytes, pb = f.payload_bytes(), off = f.payload_offset();
+  const RowBlocks rb(f);
+  if (rb.full > 0) {
+    AscendC::DataCopy(row, wire[static_cast<uint32_t>(off)],
+                      AscendC::DataCopyParams(static_cast<uint16_t>(rb.full), static_cast<uint16_t>(pb / 32),
+                                              static_cast<uint16_t>((bb - pb) / 32), 0));
   }
+  if (rb.tail > 0) {
+    AscendC::DataCopy(row[static_cast<uint32_t>(rb.full * pb)], wire[static_cast<uint32_t>(rb.full * bb + off)],
+                      static_cast<uint32_t>((rb.tail + 31) / 32 * 32));
+  }
+  Sync<HardEvent::V_S>();
 }
 
 // tff / sp: every block of the row in `wire` has arrived (tff: its flag holds the epoch; sp: its

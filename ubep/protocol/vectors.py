@@ -27,10 +27,12 @@ from ubep.protocol.sentinel import sentinel_candidates
 from ubep.protocol.wire_format import DTYPES, WireFormat
 from ubep.protocol.words import fmix32
 
-# (mode, block_bytes, flag_bytes) of the small and the padded geometry per mode.
-GEOMETRIES = {"sw": ((16, 0), (32, 0)), "tff": ((16, 8), (64, 16)),
-              "dc": ((16, 8), (32, 32)), "sp": ((16, 8), (32, 16))}
-SMALL, PADDED = (8, 3, 5), (40, 2, 2**32 + 6)  # (hidden, rows, epoch)
+# (block_bytes, flag_bytes) of the small, the padded and the Ascend kernels' geometry per mode (the
+# last: 512-byte blocks, 32 flag bytes; its rows end in a partial block whose payload is not a
+# whole number of 32-byte units, as the kernels' vector copies must handle).
+GEOMETRIES = {"sw": ((16, 0), (32, 0), (512, 0)), "tff": ((16, 8), (64, 16), (512, 32)),
+              "dc": ((16, 8), (32, 32), (512, 32)), "sp": ((16, 8), (32, 16), (512, 32))}
+SMALL, PADDED, KERNEL = (8, 3, 5), (40, 2, 2**32 + 6), (264, 2, 2**33 + 7)  # (hidden, rows, epoch)
 
 
 def _hex(t: torch.Tensor | None):
@@ -83,7 +85,7 @@ def _encode_case(name: str, fmt: WireFormat, rows: torch.Tensor, epoch: int) -> 
 def _encode_cases() -> list[dict]:
     cases = []
     for mode, geometries in GEOMETRIES.items():
-        for (block, flag), (hidden, num_rows, epoch) in zip(geometries, (SMALL, PADDED), strict=True):
+        for (block, flag), (hidden, num_rows, epoch) in zip(geometries, (SMALL, PADDED, KERNEL), strict=True):
             for dtype, dname in DTYPES.items():
                 fmt = WireFormat(mode=mode, dtype=dtype, hidden=hidden, block_bytes=block, flag_bytes=flag)
                 name = f"{mode}_{dname}_h{hidden}_b{block}_f{flag}"
@@ -91,6 +93,8 @@ def _encode_cases() -> list[dict]:
     for dtype, dname in DTYPES.items():
         fmt = WireFormat(mode="sp", dtype=dtype, hidden=16, block_bytes=16, flag_bytes=8, sentinel_index=1)
         cases.append(_encode_case(f"sp_{dname}_collisions", fmt, sentinel_rows(fmt), 9))
+        fmt = WireFormat(mode="sp", dtype=dtype, hidden=KERNEL[0], block_bytes=512, flag_bytes=32)
+        cases.append(_encode_case(f"sp_{dname}_collisions_b512", fmt, sentinel_rows(fmt), 9))
     fmt = WireFormat(mode="tff", dtype=torch.bfloat16, hidden=8, block_bytes=16, flag_bytes=8)
     cases.append(_encode_case("tff_bfloat16_max_epoch", fmt, sample_rows(torch.bfloat16, 1, 8), 2**64 - 1))
     return cases

@@ -28,5 +28,6 @@
 #include "twin/data_copy_pad.h"
 #include "twin/convert.h"
 #include "twin/vector.h"
+#include "twin/vector_index.h"
 #include "twin/syncall.h"
 #include "twin/launch.h"

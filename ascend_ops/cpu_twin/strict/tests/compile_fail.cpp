@@ -22,6 +22,15 @@ void Kernel(GM_ADDR gm) {
 #ifdef UBEP_CASE_ADD_BF16
   Add(buf.Get<bfloat16_t>(), buf.Get<bfloat16_t>(), buf.Get<bfloat16_t>(), 128);
 #endif
+#ifdef UBEP_CASE_ABS_I32
+  Abs(i32, i32, 64);
+#endif
+#ifdef UBEP_CASE_REDUCESUM_I32
+  ReduceSum(i32, i32, i32, 64);
+#endif
+#ifdef UBEP_CASE_GATHER_I8
+  Gather(buf.Get<int8_t>(), buf.Get<int8_t>(), buf.Get<uint32_t>(), 0, 32);
+#endif
 #ifdef UBEP_CASE_CAST_PAIR
   Cast(i32, buf.Get<uint8_t>(), RoundMode::CAST_NONE, 64);
 #endif

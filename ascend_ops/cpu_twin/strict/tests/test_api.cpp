@@ -212,6 +212,94 @@ void Tensors(Suite& s) {
   }, {"SetAtomicAdd<float> is on but the copy moves int32_t"});
 }
 
+void SV() {
+  SetFlag<HardEvent::S_V>(0);
+  WaitFlag<HardEvent::S_V>(0);
+}
+
+// The count-scan operations (vector_index.h and vector.h) on small tensors.
+void Vectors(Suite& s) {
+  s.Passes("CreateVecIndex, Muls, Gather, Cast, Adds, Abs, Mins, Sub, Mul and ReduceSum compute what Ascend C says", [] {
+    Kernel(1024, [](TBuf<TPosition::VECCALC>& buf) {
+      LocalTensor<int32_t> src = buf.Get<int32_t>(16), idx = buf.GetWithOffset<int32_t>(8, 64),
+                           col = buf.GetWithOffset<int32_t>(8, 96);
+      LocalTensor<float> f = buf.GetWithOffset<float>(8, 128), g = buf.GetWithOffset<float>(8, 160),
+                         sum = buf.GetWithOffset<float>(8, 192), tmp = buf.GetWithOffset<float>(8, 224);
+      for (int i = 0; i < 16; ++i) src.SetValue(i, i % 2 ? 100 + i : -i);  // [t][2]: column 1 is 101, 103, ...
+      SV();
+      CreateVecIndex(idx, 0, 8);
+      PipeBarrier<PIPE_V>();
+      Muls(idx, idx, 8, 8);  // byte offsets of element 2t
+      PipeBarrier<PIPE_V>();
+      Gather(col, src, idx.ReinterpretCast<uint32_t>(), 4, 8);  // element 2t + 1
+      PipeBarrier<PIPE_V>();
+      Cast(f, col, RoundMode::CAST_NONE, 8);
+      PipeBarrier<PIPE_V>();
+      Adds(g, f, -105.0f, 8);  // -4, -2, 0, 2, ...
+      PipeBarrier<PIPE_V>();
+      Abs(g, g, 8);
+      PipeBarrier<PIPE_V>();
+      Mins(g, g, 1.0f, 8);  // 1, 1, 0, 1, ...
+      PipeBarrier<PIPE_V>();
+      Sub(tmp, f, g, 8);
+      PipeBarrier<PIPE_V>();
+      Mul(tmp, tmp, g, 8);
+      PipeBarrier<PIPE_V>();
+      ReduceSum(sum, g, tmp, 8);
+      VS();
+      if (sum.GetValue(0) != 7.0f || g.GetValue(2) != 0.0f || tmp.GetValue(0) != 100.0f || tmp.GetValue(2) != 0.0f ||
+          col.GetValue(7) != 115) {
+        std::exit(3);
+      }
+    });
+  });
+  s.Aborts("ReduceSum of a value whose sum would depend on the order", [] {
+    Kernel(256, [](TBuf<TPosition::VECCALC>& buf) {
+      LocalTensor<float> a = buf.Get<float>(8), b = buf.GetWithOffset<float>(8, 32);
+      Duplicate(a, 0.5f, 8);
+      PipeBarrier<PIPE_V>();
+      ReduceSum(b, a, b, 8);
+    });
+  }, {"sums integer values only"});
+  s.Aborts("Gather with an offset that is not an element of src", [] {
+    Kernel(256, [](TBuf<TPosition::VECCALC>& buf) {
+      LocalTensor<int32_t> a = buf.Get<int32_t>(8), o = buf.GetWithOffset<int32_t>(8, 32), d = buf.GetWithOffset<int32_t>(8, 64);
+      Duplicate(o, 2, 8);
+      PipeBarrier<PIPE_V>();
+      Gather(d, a, o.ReinterpretCast<uint32_t>(), 0, 8);
+    });
+  }, {"is not a 4-byte-aligned element of src"});
+  s.Aborts("Gather into its own source", [] {
+    Kernel(256, [](TBuf<TPosition::VECCALC>& buf) {
+      LocalTensor<int32_t> a = buf.Get<int32_t>(16), o = buf.GetWithOffset<int32_t>(8, 32);
+      Duplicate(o, 0, 8);
+      PipeBarrier<PIPE_V>();
+      Gather(a, a, o.ReinterpretCast<uint32_t>(), 0, 8);
+    });
+  }, {"dst and src share UB"});
+  s.Passes("DataCopy UB -> UB with DataCopyParams: blocks, gaps on both sides", [] {
+    Kernel(512, [](TBuf<TPosition::VECCALC>& buf) {
+      LocalTensor<int32_t> a = buf.Get<int32_t>(32), b = buf.GetWithOffset<int32_t>(64, 128);
+      for (int i = 0; i < 32; ++i) a.SetValue(i, i);
+      Duplicate(b, -1, 64);
+      SV();
+      PipeBarrier<PIPE_V>();
+      DataCopy(b, a, DataCopyParams(2, 1, 1, 2));  // a's blocks 0 and 2 to b's blocks 0 and 3
+      VS();
+      if (b.GetValue(0) != 0 || b.GetValue(7) != 7 || b.GetValue(8) != -1 || b.GetValue(24) != 16 ||
+          b.GetValue(31) != 23 || b.GetValue(32) != -1) {
+        std::exit(3);
+      }
+    });
+  });
+  s.Aborts("DataCopy UB -> UB between overlapping ranges", [] {
+    Kernel(256, [](TBuf<TPosition::VECCALC>& buf) {
+      LocalTensor<int32_t> a = buf.Get<int32_t>(32);
+      DataCopy(a[8], a, DataCopyParams(2, 1, 1, 1));
+    });
+  }, {"ranges overlap"});
+}
+
 void KernelLevel(Suite& s) {
   auto sync_all = [](int type) {
     twin::launch(2, [&] {
@@ -260,6 +348,7 @@ int main() {
   Casts(s);
   Copies(s);
   Tensors(s);
+  Vectors(s);
   KernelLevel(s);
   return s.Report();
 }

@@ -208,6 +208,32 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataC
   twin::CopyIn(c, op, blocks, len);
 }
 
+// UB -> UB, strided (PIPE_V): both sides in 32-byte units; blocks must not overlap each other.
+template <typename T>
+void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p,
+              twin::Loc loc = twin::Loc::current()) {
+  static_assert(twin::kDmaType<T>, "DataCopy: not an A2/A3 data type");
+  twin::Core& c = twin::Me();
+  const twin::Op op = c.Begin(twin::kV, "DataCopy(UB->UB, DataCopyParams)", loc);
+  if (p.blockCount == 0 || p.blockLen == 0) return;
+  if (p.blockCount > 4095) {
+    twin::Fail(twin::Format("%s: blockCount %u > 4095", twin::Sites::Describe(op.site).c_str(), p.blockCount));
+  }
+  const uint64_t d = twin::UbStart(dst, op), s = twin::UbStart(src, op), len = p.blockLen * 32ull;
+  const uint64_t d_step = len + p.dstGap * 32ull, s_step = len + p.srcGap * 32ull;
+  twin::CheckInside(dst, d + (p.blockCount - 1) * d_step + len, op);
+  twin::CheckInside(src, s + (p.blockCount - 1) * s_step + len, op);
+  for (uint64_t b = 0; b < p.blockCount; ++b) {
+    c.Ub(op, s + b * s_step, len, false);
+    c.Ub(op, d + b * d_step, len, true);
+  }
+  const uint64_t d_end = d + (p.blockCount - 1) * d_step + len, s_end = s + (p.blockCount - 1) * s_step + len;
+  if (d < s_end && s < d_end) {
+    twin::Fail(twin::Format("%s: the source and destination ranges overlap", twin::Sites::Describe(op.site).c_str()));
+  }
+  for (uint64_t b = 0; b < p.blockCount; ++b) std::memcpy(c.UbPtr(d + b * d_step), c.UbPtr(s + b * s_step), len);
+}
+
 template <typename T>
 void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p,
               twin::Loc loc = twin::Loc::current()) {

@@ -5,6 +5,7 @@
 // integer arithmetic wraps [unverified].
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -90,6 +91,24 @@ T Sum(T a, T b) {
   else if constexpr (std::is_integral_v<T>) return Wrap<T>(static_cast<int64_t>(a) + b);
   else return a + b;
 }
+template <typename T>
+T Diff(T a, T b) {
+  if constexpr (std::is_same_v<T, half>) return static_cast<half>(static_cast<double>(a) - static_cast<double>(b));
+  else if constexpr (std::is_integral_v<T>) return Wrap<T>(static_cast<int64_t>(a) - b);
+  else return a - b;
+}
+// The smaller of a and b; a NaN operand gives NaN [unverified].
+template <typename T>
+T Min(T a, T b) {
+  if constexpr (std::is_integral_v<T>) return a < b ? a : b;
+  else {
+    const double x = static_cast<double>(a), y = static_cast<double>(b);
+    return x != x ? a : y != y ? b : x < y ? a : b;
+  }
+}
+
+template <typename T>
+constexpr bool kArith = kOneOf<T, int16_t, half, int32_t, float>;  // Add, Sub, Mul, Adds, Muls, Mins on A2/A3
 
 }  // namespace twin
 
@@ -106,16 +125,56 @@ void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& c
 template <typename T, bool isSetMask = true>
 void Muls(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count,
           twin::Loc loc = twin::Loc::current()) {
-  static_assert(twin::kOneOf<T, int16_t, half, int32_t, float>, "Muls: A2/A3 support int16_t, half, int32_t, float");
+  static_assert(twin::kArith<T>, "Muls: A2/A3 support int16_t, half, int32_t, float");
   const T s = scalarValue;
   twin::Elementwise("Muls", loc, dst, count, [&](T a) { return twin::Mul(a, s); }, src);
+}
+
+template <typename T, bool isSetMask = true>
+void Adds(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count,
+          twin::Loc loc = twin::Loc::current()) {
+  static_assert(twin::kArith<T>, "Adds: A2/A3 support int16_t, half, int32_t, float");
+  const T s = scalarValue;
+  twin::Elementwise("Adds", loc, dst, count, [&](T a) { return twin::Sum(a, s); }, src);
+}
+
+template <typename T, bool isSetMask = true>
+void Mins(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count,
+          twin::Loc loc = twin::Loc::current()) {
+  static_assert(twin::kArith<T>, "Mins: A2/A3 support int16_t, half, int32_t, float");
+  const T s = scalarValue;
+  twin::Elementwise("Mins", loc, dst, count, [&](T a) { return twin::Min(a, s); }, src);
+}
+
+template <typename T>
+void Abs(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count,
+         twin::Loc loc = twin::Loc::current()) {
+  static_assert(twin::kOneOf<T, half, float>, "Abs: A2/A3 support half, float");
+  twin::Elementwise("Abs", loc, dst, count, [](T a) {
+    if constexpr (std::is_same_v<T, float>) return std::fabs(a);
+    else return static_cast<half>(std::fabs(static_cast<float>(a)));
+  }, src);
 }
 
 template <typename T>
 void Add(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, const int32_t& count,
          twin::Loc loc = twin::Loc::current()) {
-  static_assert(twin::kOneOf<T, int16_t, half, int32_t, float>, "Add: A2/A3 support int16_t, half, int32_t, float");
+  static_assert(twin::kArith<T>, "Add: A2/A3 support int16_t, half, int32_t, float");
   twin::Elementwise("Add", loc, dst, count, [](T a, T b) { return twin::Sum(a, b); }, src0, src1);
+}
+
+template <typename T>
+void Sub(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, const int32_t& count,
+         twin::Loc loc = twin::Loc::current()) {
+  static_assert(twin::kArith<T>, "Sub: A2/A3 support int16_t, half, int32_t, float");
+  twin::Elementwise("Sub", loc, dst, count, [](T a, T b) { return twin::Diff(a, b); }, src0, src1);
+}
+
+template <typename T>
+void Mul(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, const int32_t& count,
+         twin::Loc loc = twin::Loc::current()) {
+  static_assert(twin::kArith<T>, "Mul: A2/A3 support int16_t, half, int32_t, float");
+  twin::Elementwise("Mul", loc, dst, count, [](T a, T b) { return twin::Mul(a, b); }, src0, src1);
 }
 
 template <typename T, typename U>
