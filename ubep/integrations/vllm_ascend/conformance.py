@@ -2,7 +2,9 @@
 source with ``ast`` (vllm-ascend imports only with torch_npu and an NPU, so it is never imported).
 
 :func:`check_source` returns one line per mismatch, empty where every class, method (parameter names in
-order), dataclass field, enum member, module name and keyword call used here exists as used; and where
+order), dataclass field, enum member, module name and keyword call used here exists as used, where the
+graph compilers still run the FX graph's ops eagerly into an ACL graph (so the ops need no Ascend IR
+converter, docs/ASCEND.md "Graphs in vLLM-Ascend"); and where
 each method that ``comm_method.py`` overrides keeps vllm-ascend's parameter list. :func:`find_source`
 locates the source: ``$UBEP_VLLM_ASCEND_SRC`` (an unpacked sdist, a checkout, or the ``vllm_ascend``
 package directory itself), else an installed vllm-ascend (located, not imported).
@@ -41,6 +43,7 @@ FUSED_MOE_0_23 = "ops/fused_moe/fused_moe_0_23_0.py"
 FORWARD_CONTEXT = "ascend_forward_context.py"
 PARALLEL_STATE = "distributed/parallel_state.py"
 ASCEND_CONFIG = "ascend_config.py"
+COMPILER_INTERFACE = "compilation/compiler_interface.py"
 QUANT_TYPE = "quantization/quant_type.py"
 RUNNER_V1 = "worker/model_runner_v1.py"
 RUNNER_V2 = "worker/v2/model_runner.py"
@@ -90,6 +93,16 @@ class KeywordCall:
     qualname: str
     callee: str
     keywords: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Inside ``qualname`` of ``file``, each of ``values`` is a string constant (an option's name or
+    value)."""
+
+    file: str
+    qualname: str
+    values: tuple[str, ...]
 
 
 CONTRACT = [
@@ -142,6 +155,8 @@ CONTRACT = [
     Names(ASCEND_CONFIG, ("enable_shared_expert_dp",), cls="AscendConfig"),
     Names(ASCEND_CONFIG, ("dynamic_eplb", "expert_map_path"), cls="EplbConfig"),
     Names(QUANT_TYPE, ("NONE",), cls="QuantType"),
+    # graphs: torchair's aclgraph mode and npugraph_ex's eager FX run, no Ascend IR conversion
+    Constants(COMPILER_INTERFACE, "_configure_backend", ("reduce-overhead", "force_eager")),
     # the modules that import a patched function by name (plugin.IMPORTERS)
     Names(RUNNER_V1, ("select_moe_comm_method",)),
     Names(RUNNER_V2, ("select_moe_comm_method",)),
@@ -250,8 +265,18 @@ def _check_keyword_call(tree: ast.Module, item: KeywordCall) -> str | None:
     return f"{item.qualname} calls .{item.callee} with keywords {got}, expected {list(item.keywords)} only"
 
 
+def _check_constants(tree: ast.Module, item: Constants) -> str | None:
+    fn = function_def(tree, item.qualname)
+    if fn is None:
+        return f"no {item.qualname}"
+    found = {node.value for node in ast.walk(fn)
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    missing = [v for v in item.values if v not in found]
+    return f"{item.qualname} no longer mentions {missing}" if missing else None
+
+
 CHECKS = {Signature: _check_signature, Fields: _check_fields, Names: _check_names,
-          KeywordCall: _check_keyword_call}
+          KeywordCall: _check_keyword_call, Constants: _check_constants}
 
 
 def _check_overrides(source: ParsedPackage, ours: ParsedPackage) -> list[str]:
