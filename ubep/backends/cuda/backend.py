@@ -284,7 +284,9 @@ class CudaBackend(Backend):
             p.phase.__exit__(None, None, None)
 
     def _open(self, phase: str | None) -> contextlib.AbstractContextManager:
-        context = self.timer.phase(phase) if phase else contextlib.nullcontext()
+        if not (phase and self.timer.enabled):
+            return _NO_PHASE
+        context = self.timer.phase(phase)
         context.__enter__()
         return context
 
@@ -299,7 +301,7 @@ class CudaBackend(Backend):
         w, tm, k = cfg.world_size, cfg.max_tokens_per_rank, cfg.top_k
         x_bits = x_TH.contiguous().view(self.int_view)
         idx = topk_idx_TK.long().contiguous().view(-1)
-        weights = topk_weights_TK.detach().float().contiguous().view(-1)
+        weights = topk_weights_TK.detach().float().contiguous()  # the kernel takes its address only
         sent = torch.empty(w, tm, dtype=torch.int8, device=dev)
         rows = torch.empty(w, tm, k, dtype=torch.int64, device=dev)
         pair_w = torch.empty(w, tm, k, dtype=torch.float32, device=dev)
@@ -311,7 +313,8 @@ class CudaBackend(Backend):
             num_rows = cfg.num_local_experts * cfg.expert_capacity
             out = x_TH.new_empty(num_rows, cfg.hidden)  # padding rows are not written
             # the kernel writes both weight outputs, padding included: no memset, no copy kernel
-            row_weights, recv_w = torch.empty(2, num_rows, dtype=torch.float32, device=dev)
+            row_weights = torch.empty(num_rows, dtype=torch.float32, device=dev)
+            recv_w = torch.empty(num_rows, dtype=torch.float32, device=dev)
             outputs = (out.view(self.int_view), row_weights, recv_w, rows, pair_w, tpe)
             p = Pending(plan, call_code("dispatch"), inputs, outputs, self._open("dispatch"),
                         (*keep, out))
@@ -329,7 +332,8 @@ class CudaBackend(Backend):
         num_rows = self._received_rows()
         x_TH, _, rows, pair_w, tpe = p.keep
         out = x_TH.new_empty(num_rows, self.config.hidden)
-        row_weights, recv_w = torch.empty(2, num_rows, dtype=torch.float32, device=self.device)
+        row_weights = torch.empty(num_rows, dtype=torch.float32, device=self.device)
+        recv_w = torch.empty(num_rows, dtype=torch.float32, device=self.device)
         p.outputs = (out.view(self.int_view), row_weights, recv_w, rows, pair_w, tpe)
         p.keep, p.awaiting_size = (*p.keep, out), False
         p.phase.__exit__(None, None, None)
@@ -421,6 +425,10 @@ class CudaBackend(Backend):
         num_tokens, k = y.shape[0], self.config.top_k
         return torch.where(routes.idx_P.view(num_tokens, k) >= 0, y.view(num_tokens, k), 0.0)
 
+
+# The phase of every call that is not timed: one shared no-op context (nullcontext keeps no state),
+# so that an untimed call builds none.
+_NO_PHASE = contextlib.nullcontext()
 
 # What ``release`` drops: every attribute that holds device memory or a pinned word, or a launcher
 # bound to them.

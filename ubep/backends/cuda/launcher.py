@@ -22,18 +22,24 @@ import torch
 
 from ubep.backends.cuda.kernels import INTERPRETED
 
-_I32 = range(-(1 << 31), 1 << 31)
+_I32_LOW, _I32_END = -(1 << 31), 1 << 31
 
 
 def _arg_key(value) -> object:
-    """What Triton's specialization of one runtime argument depends on."""
+    """What Triton's specialization of one runtime argument depends on. The exact types come first:
+    this runs for every argument of every launch."""
+    kind = type(value)
+    if kind is torch.Tensor:
+        return value.dtype, value.data_ptr() % 16 == 0
+    if kind is int:
+        return _I32_LOW <= value < _I32_END, value % 16 == 0, value == 1
     if isinstance(value, torch.Tensor):
         return value.dtype, value.data_ptr() % 16 == 0
-    if isinstance(value, bool):
+    if kind is bool:
         return bool
     if isinstance(value, int):
-        return value in _I32, value % 16 == 0, value == 1
-    return type(value)
+        return _I32_LOW <= value < _I32_END, value % 16 == 0, value == 1
+    return kind
 
 
 class Constants:
