@@ -155,8 +155,9 @@ class CombineKernel {
   }
 
   // acc = sum over k ascending of w * o for the loaded slot's pairs here, rounded to T; returns the
-  // bytes to send (fp32: acc itself; else row_buf), readable by the scalar. acc and term: V only;
-  // row_buf: MTE2 in, V reads, V writes the rounded sum, SendRow encodes it.
+  // bytes to send (fp32: acc itself; else row_buf), their last vector write ordered before
+  // SendRow's vector reads (V -> V). acc and term: V only; row_buf: MTE2 in, V reads, V writes the
+  // rounded sum, SendRow encodes it.
   __aicore__ inline LocalTensor<uint8_t> SumLocalPairs() {
     const int64_t K = t_->top_k;
     const LocalTensor<float> acc = acc_buf_.Get<float>();
@@ -173,11 +174,10 @@ class CombineKernel {
       AddTerm(acc, t_->weighted != 0, SlotWeight(k));
     }
     if constexpr (kF32) {
-      Sync<HardEvent::V_S>();
-      return acc.template ReinterpretCast<uint8_t>();
+      return acc.template ReinterpretCast<uint8_t>();  // (AddTerm ends with PipeBarrier<PIPE_V>)
     } else {
       Cast(row_buf_.Get<T>(), acc, RoundMode::CAST_RINT, static_cast<int32_t>(H_));
-      Sync<HardEvent::V_S>();
+      PipeBarrier<PIPE_V>();
       return row_buf_.Get<uint8_t>();
     }
   }
