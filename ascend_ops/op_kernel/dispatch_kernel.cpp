@@ -2,14 +2,14 @@
 //
 // count group, AIVs [0, n_count): per destination d, count this die's pairs for d's experts and
 //   its tokens and pairs for d (vector counts over the routing, ep_scan.h); write the count
-//   message into d's window. Then per source s, wait
-//   for s's message, copy it to the workspace, bump CNT_COUNTS_IN. AIV 0 waits for all W, runs
-//   CalCumSum (RowBase: the deterministic receive rows of ubep::row_base) and raises CNT_BASES_READY.
+//   message into d's window. Then per source s, wait for s's message, copy it to the workspace,
+//   bump CNT_COUNTS_IN. AIV 0 waits for all W, runs CalCumSum (RowBase: the deterministic receive
+//   rows of ubep::row_base) and raises CNT_BASES_READY.
 // token group, AIVs [n_count, n_count + n_token): each AIV counts this die's tokens per destination
 //   (ep_scan.h); UBEP's mapper (HopBalancedPieces, ubep::hop_balanced) cuts each hop class's
-//   token sequence into equal slices, one per AIV; each AIV
-//   sends its tokens once per destination die (relay) into staging rows indexed by the token's
-//   ordinal among this die's tokens for that destination, so no global offset is needed to send.
+//   token sequence into equal slices, one per AIV; each AIV sends its tokens once per
+//   destination die (relay) into staging rows indexed by the token's ordinal among this die's
+//   tokens for that destination, so no global offset is needed to send.
 //   Each row carries its route (pair base, local expert, per-(source, expert) order and gate weight
 //   of each k). Then, per source s, the AIV waits for the row offsets and for each row's arrival
 //   (tff / sp per row, sw / dc per batch record) and copies it into every receive row of its local
@@ -126,7 +126,8 @@ class DispatchKernel {
       Duplicate<int32_t>(msg.ReinterpretCast<int32_t>(), 0, static_cast<int32_t>(t_->cnt_stride / 4));
       Sync<HardEvent::V_S>();
       for (int64_t l = 0; l < L; ++l) {
-        msg.SetValue(static_cast<uint32_t>(6 + l), static_cast<uint64_t>(tally.GetValue(static_cast<uint32_t>(j * stride + l))));
+        const int64_t c = tally.GetValue(static_cast<uint32_t>(j * stride + l));
+        msg.SetValue(static_cast<uint32_t>(6 + l), static_cast<uint64_t>(c));
       }
       msg.SetValue(5, static_cast<uint64_t>(tally.GetValue(static_cast<uint32_t>(j * stride + L))));
       msg.SetValue(4, static_cast<uint64_t>(tally.GetValue(static_cast<uint32_t>(j * stride + L + 1))));

@@ -127,7 +127,7 @@ struct RowBlocks {
 // row; dc masks with the batch-wide marker index of row r and adds the row's checksum lanes to
 // lanes[0..1]. True for an sp row with a marker equal to the sentinel (its batch needs a record).
 // V copies the payloads and zeroes the last block's whole units past its payload; V -> S; the
-// scalar writes the tail, the flags (tff) or marks and reads the markers (dc, sp). The caller
+// scalar writes the tail and the flags (tff), or masks and reads the markers (dc, sp). The caller
 // ordered the writers of `row` and the readers of `wire` before V; `wire` is left to the scalar.
 __aicore__ inline bool EncodeRow(const ubep::WireFormat& f, const LocalTensor<uint8_t>& row, int64_t r,
                                  uint64_t epoch, const LocalTensor<uint8_t>& wire, uint32_t* lanes) {
