@@ -75,11 +75,12 @@ class DispatchKernel {
     pipe->InitBuffer(out_buf_, static_cast<uint32_t>(o_w_ + 32 * K));
     pipe->InitBuffer(bases_buf_, static_cast<uint32_t>(RoundUp32(8 * L)));
     // Per window of the routing, the count group counts its destinations' L experts and tokens
-    // (tallied per destination: L pair counts, pairs, tokens), the token group the tokens for
-    // every die.
-    const int64_t mine = GetBlockIdx() < t_->n_count ? (W - GetBlockIdx() + t_->n_count - 1) / t_->n_count : 0;
-    scan_.Init(K, L, route_.WindowTokens(K), GetBlockIdx() < t_->n_count ? mine * (L + 1) : W, pipe);
-    pipe->InitBuffer(tally_buf_, static_cast<uint32_t>(RoundUp32(8 * (mine > 0 ? mine * (L + 2) : 1))));
+    // (tallied per destination: L pair counts, then tokens), the token group the tokens for every
+    // die.
+    const bool counting = GetBlockIdx() < t_->n_count;
+    const int64_t mine = counting ? (W - GetBlockIdx() + t_->n_count - 1) / t_->n_count : 0;
+    scan_.Init(K, L, route_.WindowTokens(K), counting ? mine * (L + 1) : W, pipe);
+    pipe->InitBuffer(tally_buf_, static_cast<uint32_t>(RoundUp32(8 * (counting ? mine * (L + 1) : 1))));
   }
 
   __aicore__ inline void Process() {
@@ -100,24 +101,20 @@ class DispatchKernel {
   // entry in and MTE3 keeps it in the workspace.
   __aicore__ inline void CountGroup(int64_t me) {
     const int64_t W = t_->world, L = t_->local_experts, n = t_->n_count;
-    const int64_t mine = (W - me + n - 1) / n, stride = L + 2;
+    const int64_t mine = (W - me + n - 1) / n, stride = L + 1;  // tally and result slots alike
     const LocalTensor<int64_t> tally = tally_buf_.Get<int64_t>();
     for (int64_t i = 0; i < mine * stride; ++i) tally.SetValue(static_cast<uint32_t>(i), 0);
     for (int64_t w = 0; w < route_.Windows(); ++w) {
       ScanWindow(w);
       for (int64_t j = 0; j < mine; ++j) {
         const int64_t d = me + j * n;
-        for (int64_t l = 0; l < L; ++l) scan_.PairsOf(d * L + l, j * (L + 1) + l);
-        scan_.TokensOn(d, j * (L + 1) + L);
+        for (int64_t l = 0; l < L; ++l) scan_.PairsOf(d * L + l, j * stride + l);
+        scan_.TokensOn(d, j * stride + L);
       }
       scan_.Collect();
       for (int64_t j = 0; j < mine; ++j) {
-        for (int64_t l = 0; l < L; ++l) {
-          const int64_t c = scan_.Pairs(j * (L + 1) + l);
-          Tally(tally, j * stride + l, c);
-          Tally(tally, j * stride + L, c);
-        }
-        Tally(tally, j * stride + L + 1, scan_.Tokens(j * (L + 1) + L));
+        for (int64_t l = 0; l < L; ++l) Tally(tally, j * stride + l, scan_.Pairs(j * stride + l));
+        Tally(tally, j * stride + L, scan_.Tokens(j * stride + L));
       }
     }
     const LocalTensor<uint64_t> msg = msg_buf_.Get<uint64_t>();
@@ -125,12 +122,14 @@ class DispatchKernel {
       Sync<HardEvent::MTE3_V>();  // the previous message's copies have read msg
       Duplicate<int32_t>(msg.ReinterpretCast<int32_t>(), 0, static_cast<int32_t>(t_->cnt_stride / 4));
       Sync<HardEvent::V_S>();
+      int64_t pairs = 0;
       for (int64_t l = 0; l < L; ++l) {
         const int64_t c = tally.GetValue(static_cast<uint32_t>(j * stride + l));
         msg.SetValue(static_cast<uint32_t>(6 + l), static_cast<uint64_t>(c));
+        pairs += c;
       }
-      msg.SetValue(5, static_cast<uint64_t>(tally.GetValue(static_cast<uint32_t>(j * stride + L))));
-      msg.SetValue(4, static_cast<uint64_t>(tally.GetValue(static_cast<uint32_t>(j * stride + L + 1))));
+      msg.SetValue(5, static_cast<uint64_t>(pairs));
+      msg.SetValue(4, static_cast<uint64_t>(tally.GetValue(static_cast<uint32_t>(j * stride + L))));
       SendCountMessage(c_, me + j * n, msg, 2 + L);
     }
     // msg's copies out have finished before copies into it; the message to this die's own window,

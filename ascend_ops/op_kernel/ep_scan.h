@@ -106,9 +106,12 @@ class RouteScan {
   }
 
   // The results, for the scalar: V -> S.
-  __aicore__ inline void Collect() { Sync<HardEvent::V_S>(); }
+  __aicore__ inline void Collect() {
+    Sync<HardEvent::V_S>();
+    first_ = Value(-1);
+  }
   __aicore__ inline int64_t Pairs(int64_t slot) { return n_ - Value(slot); }
-  __aicore__ inline int64_t Tokens(int64_t slot) { return Value(-1) - Value(slot); }
+  __aicore__ inline int64_t Tokens(int64_t slot) { return first_ - Value(slot); }
 
  private:
   // tmp = ne(src, v), after the previous operation's reads of tmp.
@@ -130,7 +133,7 @@ class RouteScan {
     return static_cast<int64_t>(out_buf_.Get<float>().GetValue(static_cast<uint32_t>(8 * (slot + 1))));
   }
 
-  int64_t K_, L_, tp_, n_;
+  int64_t K_, L_, tp_, n_, first_;  // first_: sum(first) of the collected window
   AscendC::TBuf<AscendC::TPosition::VECCALC> ids_buf_, dest_buf_, first_buf_, tmp_buf_, off_buf_, out_buf_;
 };
 

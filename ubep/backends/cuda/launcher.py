@@ -29,15 +29,9 @@ def _arg_key(value) -> object:
     """What Triton's specialization of one runtime argument depends on. The exact types come first:
     this runs for every argument of every launch."""
     kind = type(value)
-    if kind is torch.Tensor:
+    if kind is torch.Tensor or (kind is not int and isinstance(value, torch.Tensor)):
         return value.dtype, value.data_ptr() % 16 == 0
-    if kind is int:
-        return _I32_LOW <= value < _I32_END, value % 16 == 0, value == 1
-    if isinstance(value, torch.Tensor):
-        return value.dtype, value.data_ptr() % 16 == 0
-    if kind is bool:
-        return bool
-    if isinstance(value, int):
+    if kind is int or (kind is not bool and isinstance(value, int)):
         return _I32_LOW <= value < _I32_END, value % 16 == 0, value == 1
     return kind
 

@@ -101,6 +101,16 @@ inline void CheckGmAligned(uint64_t gm, uint64_t size, const Op& op) {
   }
 }
 
+// Whether a DataCopyParams copy moves anything (blockCount or blockLen 0: a no-op); blockCount is
+// checked against its 4095 limit.
+inline bool Strided(const DataCopyParams& p, const Op& op) {
+  if (p.blockCount == 0 || p.blockLen == 0) return false;
+  if (p.blockCount > 4095) {
+    Fail(Format("%s: blockCount %u > 4095", Sites::Describe(op.site).c_str(), p.blockCount));
+  }
+  return true;
+}
+
 // GM -> UB (MTE2). `ub_bytes` per block is what the copy writes in UB (data and padding).
 inline void CopyIn(Core& c, const Op& op, const std::vector<Block>& blocks, uint64_t ub_bytes) {
   for (const Block& b : blocks) {
@@ -194,10 +204,7 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataC
   static_assert(twin::kDmaType<T>, "DataCopy: not an A2/A3 data type");
   twin::Core& c = twin::Me();
   const twin::Op op = c.Begin(twin::kMte2, "DataCopy(GM->UB, DataCopyParams)", loc);
-  if (p.blockCount == 0 || p.blockLen == 0) return;
-  if (p.blockCount > 4095) {
-    twin::Fail(twin::Format("%s: blockCount %u > 4095", twin::Sites::Describe(op.site).c_str(), p.blockCount));
-  }
+  if (!twin::Strided(p, op)) return;
   const uint64_t ub = twin::UbStart(dst, op), gm = (uint64_t)src.GetPhyAddr(), len = p.blockLen * 32ull;
   twin::CheckGmAligned(gm, sizeof(T), op);
   std::vector<twin::Block> blocks;
@@ -215,10 +222,7 @@ void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const DataCo
   static_assert(twin::kDmaType<T>, "DataCopy: not an A2/A3 data type");
   twin::Core& c = twin::Me();
   const twin::Op op = c.Begin(twin::kV, "DataCopy(UB->UB, DataCopyParams)", loc);
-  if (p.blockCount == 0 || p.blockLen == 0) return;
-  if (p.blockCount > 4095) {
-    twin::Fail(twin::Format("%s: blockCount %u > 4095", twin::Sites::Describe(op.site).c_str(), p.blockCount));
-  }
+  if (!twin::Strided(p, op)) return;
   const uint64_t d = twin::UbStart(dst, op), s = twin::UbStart(src, op), len = p.blockLen * 32ull;
   const uint64_t d_step = len + p.dstGap * 32ull, s_step = len + p.srcGap * 32ull;
   twin::CheckInside(dst, d + (p.blockCount - 1) * d_step + len, op);
@@ -240,10 +244,7 @@ void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataC
   static_assert(twin::kDmaType<T>, "DataCopy: not an A2/A3 data type");
   twin::Core& c = twin::Me();
   const twin::Op op = c.Begin(twin::kMte3, "DataCopy(UB->GM, DataCopyParams)", loc);
-  if (p.blockCount == 0 || p.blockLen == 0) return;
-  if (p.blockCount > 4095) {
-    twin::Fail(twin::Format("%s: blockCount %u > 4095", twin::Sites::Describe(op.site).c_str(), p.blockCount));
-  }
+  if (!twin::Strided(p, op)) return;
   const uint64_t ub = twin::UbStart(src, op), gm = (uint64_t)dst.GetPhyAddr(), len = p.blockLen * 32ull;
   twin::CheckGmAligned(gm, sizeof(T), op);
   std::vector<twin::Block> blocks;
